@@ -1,0 +1,186 @@
+"""Seeded, realistic inputs for a workload, on any device and for every format dtype.
+
+Random tensors follow the habits of SOL-ExecBench's generator, so references see the value ranges
+real models give them:
+- floats: standard normal; 2-D+ weight matrices scaled by 1/sqrt(fan_in) (activations stay O(1));
+- norm weights near one (1 + 0.05 N) and norm biases near zero (0.05 N): not exactly 1 and 0, so a
+  kernel that ignores them still fails the check;
+- variances, std and rstd positive;
+- fp8: normal clamped to [-2, 2]; fp4 (packed two per byte): normal rounded to the e2m1 grid;
+  e8m0 scales: exponents near 2^0;
+- integers in a bounded non-negative range, booleans fair coins.
+Each input draws from its own generator seeded by (seed, input name), so adding an input never
+changes the values of the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import torch
+
+from solforge.errors import ProblemError
+from solforge.problem.dtypes import DTYPES, DType, storage_shape
+from solforge.problem.problem import Problem, tensor_shape
+from solforge.problem.reference import describe_exception, load_reference_module
+from solforge.problem.workload import Workload
+
+_NORM_WEIGHT = re.compile(r"(^|_)(norm|ln|layernorm|rmsnorm)\w*_?(weight|gamma|scale)$|"
+                          r"^(norm_?weight|gamma|ln_?w|norm_?w)$")
+_NORM_BIAS = re.compile(r"(^|_)(norm|ln|layernorm)\w*_?(bias|beta)$|^(norm_?bias|beta)$")
+_POSITIVE = re.compile(r"(^|_)(var|variance|std|rstd)$")
+_WEIGHT_MATRIX = re.compile(r"(weight|^w\d*$|^w_|_w\d*$|_proj$|kernel)")
+_INT_HIGH = {torch.int8: 128, torch.uint8: 256}
+_E2M1_GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def input_seed(seed: int, name: str) -> int:
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def make_inputs(problem: Problem, workload: Workload, device: str | torch.device = "cpu",
+                seed: int = 0) -> dict[str, Any]:
+    """All inputs of a workload, in definition order (tensors, 0-D tensors or Python scalars)."""
+    device = torch.device(device)
+    definition = problem.definition
+    axes = problem.axes(workload)
+    custom = _custom_inputs(problem, workload, axes, device, seed)
+    values: dict[str, Any] = {}
+    for name, spec in definition.inputs.items():
+        source = workload.inputs[name]
+        if source.kind == "scalar":
+            values[name] = _scalar(source.value, spec.dtype)
+        elif source.kind == "custom":
+            values[name] = custom[name]
+        elif source.kind == "safetensors":
+            values[name] = _load_safetensors(problem, source, name, tensor_shape(spec, axes),
+                                             spec.dtype, device)
+        else:
+            generator = torch.Generator(device=device).manual_seed(input_seed(seed, name))
+            values[name] = random_tensor(name, tensor_shape(spec, axes), spec.dtype, device,
+                                         generator)
+    return values
+
+
+def _scalar(value: Any, dtype: DType) -> Any:
+    if dtype.kind == "bool":
+        return bool(value)
+    if dtype.kind == "int":
+        return int(value)
+    return float(value)
+
+
+def random_tensor(name: str, shape: tuple[int, ...], dtype: DType, device: torch.device,
+                  generator: torch.Generator) -> torch.Tensor:
+    """One realistic random tensor of logical `shape` (see the module docstring)."""
+    torch_dtype = dtype.torch_dtype
+    lowered = name.lower()
+    if dtype.kind == "bool":
+        return torch.randint(0, 2, shape, device=device, generator=generator).bool()
+    if dtype.kind == "int":
+        high = _INT_HIGH.get(torch_dtype, 1024)
+        low = -128 if torch_dtype == torch.int8 else 0
+        return torch.randint(low, high, shape, device=device, generator=generator,
+                             dtype=torch_dtype)
+    if dtype.name == "float8_e8m0fnu":
+        exponents = torch.randint(124, 131, shape, device=device, generator=generator)
+        return exponents.to(torch.uint8).view(torch.float8_e8m0fnu)
+    normal = torch.randn(shape, device=device, generator=generator, dtype=torch.float32)
+    if dtype.elements_per_storage == 2:
+        return pack_fp4(normal * 2.0)
+    if dtype.name.startswith("float8"):
+        return normal.clamp_(-2.0, 2.0).to(torch_dtype)
+    if _NORM_WEIGHT.search(lowered):
+        values = 1.0 + 0.05 * normal
+    elif _NORM_BIAS.search(lowered):
+        values = 0.05 * normal
+    elif _POSITIVE.search(lowered):
+        values = normal.abs_() + 0.1
+    elif len(shape) >= 2 and _WEIGHT_MATRIX.search(lowered) and shape[-1] > 0:
+        values = normal / shape[-1] ** 0.5
+    else:
+        values = normal
+    return values.to(torch_dtype)
+
+
+def pack_fp4(values: torch.Tensor) -> torch.Tensor:
+    """Round float32 values to the nearest e2m1 number and pack two per byte (low nibble first)."""
+    storage_shape(tuple(values.shape), DTYPES["float4_e2m1fn_x2"])  # last dimension even?
+    grid = _E2M1_GRID.to(values.device)
+    magnitude = values.abs().clamp_(max=6.0)
+    codes = (magnitude.unsqueeze(-1) - grid).abs().argmin(dim=-1).to(torch.uint8)
+    codes |= (values < 0).to(torch.uint8) << 3
+    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return packed.view(torch.float4_e2m1fn_x2)
+
+
+def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
+    """The float32 values of a packed e2m1 tensor (last dimension doubled)."""
+    raw = packed.view(torch.uint8)
+    codes = torch.stack((raw & 0xF, raw >> 4), dim=-1).flatten(-2)
+    grid = _E2M1_GRID.to(packed.device)
+    magnitude = grid[(codes & 0x7).long()]
+    return torch.where((codes & 0x8) != 0, -magnitude, magnitude)
+
+
+def _custom_inputs(problem: Problem, workload: Workload, axes: dict[str, int],
+                   device: torch.device, seed: int) -> dict[str, torch.Tensor]:
+    wanted = [n for n, s in workload.inputs.items() if s.kind == "custom"]
+    if not wanted:
+        return {}
+    definition = problem.definition
+    file = problem.root / "definition.json"
+    entry = definition.custom_inputs_entrypoint
+    module = load_reference_module(definition, file)
+    scalars = {n: s.value for n, s in workload.inputs.items() if s.kind == "scalar"}
+    devices = [device] if device.type != "cpu" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(input_seed(seed, "custom_inputs"))
+        try:
+            produced = getattr(module, entry)({**axes, **scalars}, device)
+        except Exception as exc:
+            raise ProblemError(file, "custom_inputs_entrypoint",
+                               f"{entry} raised {describe_exception(exc)}") from None
+    if not isinstance(produced, dict):
+        raise ProblemError(file, "custom_inputs_entrypoint",
+                           f"{entry} returned {type(produced).__name__}, not a dict")
+    for name in wanted:
+        if name not in produced:
+            raise ProblemError(file, "custom_inputs_entrypoint",
+                               f"{entry} did not produce custom input {name!r}")
+        _check_tensor(produced[name], name, tensor_shape(definition.inputs[name], axes),
+                      definition.inputs[name].dtype, file, "custom_inputs_entrypoint")
+    return {n: produced[n].to(device) for n in wanted}
+
+
+def _check_tensor(value: Any, name: str, logical: tuple[int, ...], dtype: DType, file,
+                  field: str) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise ProblemError(file, field, f"input {name!r} is {type(value).__name__}, not a tensor")
+    expected = storage_shape(logical, dtype)
+    if tuple(value.shape) != expected or value.dtype != dtype.torch_dtype:
+        raise ProblemError(file, field, f"input {name!r} is {tuple(value.shape)} {value.dtype}, "
+                                        f"expected {expected} {dtype.torch_dtype}")
+
+
+def _load_safetensors(problem: Problem, source, name: str, logical, dtype: DType,
+                      device: torch.device) -> torch.Tensor:
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        raise ProblemError(problem.root, f"inputs.{name}",
+                           "safetensors inputs need the `safetensors` package") from None
+    path = problem.root / source.path
+    if not path.is_file():
+        raise ProblemError(path, f"inputs.{name}", "safetensors file not found")
+    tensors = load_file(str(path))
+    if source.tensor_key not in tensors:
+        raise ProblemError(path, f"inputs.{name}.tensor_key",
+                           f"{source.tensor_key!r} not in the file ({', '.join(tensors)})")
+    tensor = tensors[source.tensor_key]
+    _check_tensor(tensor, name, logical, dtype, path, f"inputs.{name}")
+    return tensor.to(device)
+
