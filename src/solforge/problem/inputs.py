@@ -45,24 +45,27 @@ def make_inputs(problem: Problem, workload: Workload, device: str | torch.device
                 seed: int = 0) -> dict[str, Any]:
     """All inputs of a workload, in definition order (tensors, 0-D tensors or Python scalars)."""
     device = torch.device(device)
-    definition = problem.definition
-    axes = problem.axes(workload)
-    custom = _custom_inputs(problem, workload, axes, device, seed)
-    values: dict[str, Any] = {}
-    for name, spec in definition.inputs.items():
-        source = workload.inputs[name]
-        if source.kind == "scalar":
-            values[name] = _scalar(source.value, spec.dtype)
-        elif source.kind == "custom":
-            values[name] = custom[name]
-        elif source.kind == "safetensors":
-            values[name] = _load_safetensors(problem, source, name, tensor_shape(spec, axes),
-                                             spec.dtype, device)
-        else:
-            generator = torch.Generator(device=device).manual_seed(input_seed(seed, name))
-            values[name] = random_tensor(name, tensor_shape(spec, axes), spec.dtype, device,
-                                         generator)
-    return values
+    values = custom_inputs(problem, workload, device, seed)
+    for name in problem.definition.inputs:
+        if name not in values:
+            values[name] = make_input(problem, workload, name, device, seed)
+    return {name: values[name] for name in problem.definition.inputs}
+
+
+def make_input(problem: Problem, workload: Workload, name: str, device: torch.device,
+               seed: int = 0) -> Any:
+    """One non-custom input (custom ones come from `custom_inputs`, all at once)."""
+    spec = problem.definition.inputs[name]
+    source = workload.inputs[name]
+    if source.kind == "scalar":
+        return _scalar(source.value, spec.dtype)
+    shape = tensor_shape(spec, problem.axes(workload))
+    if source.kind == "safetensors":
+        return _load_safetensors(problem, source, name, shape, spec.dtype, device)
+    if source.kind == "custom":
+        raise ValueError(f"{name} is a custom input: use custom_inputs()")
+    generator = torch.Generator(device=device).manual_seed(input_seed(seed, name))
+    return random_tensor(name, shape, spec.dtype, device, generator)
 
 
 def _scalar(value: Any, dtype: DType) -> Any:
@@ -126,8 +129,10 @@ def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
     return torch.where((codes & 0x8) != 0, -magnitude, magnitude)
 
 
-def _custom_inputs(problem: Problem, workload: Workload, axes: dict[str, int],
-                   device: torch.device, seed: int) -> dict[str, torch.Tensor]:
+def custom_inputs(problem: Problem, workload: Workload, device: torch.device,
+                  seed: int = 0) -> dict[str, torch.Tensor]:
+    """The inputs the definition's custom_inputs_entrypoint generates, checked."""
+    axes = problem.axes(workload)
     wanted = [n for n, s in workload.inputs.items() if s.kind == "custom"]
     if not wanted:
         return {}
