@@ -1,0 +1,317 @@
+"""Time one callable over many iterations, each on a cold L2, and say how it was timed.
+
+Four methods, because none is right everywhere:
+- "kernel" (default): the profiler's records of device work (kernels, memcpys, memsets) on every
+  stream; an iteration lasts from the start of its first record to the end of its last. Host
+  launch cost stays out (it dominates below ~50 us), and work a candidate hides on a side stream
+  or a background thread stays in.
+- "events": CUDA events around the call with a device-wide synchronize before the end event, so
+  side-stream work is inside; the time includes launch cost and one synchronize round trip.
+- "graph": the call captured in a CUDA graph and its replay timed with events: launch gaps shrink
+  to what the graph keeps.
+- "cpu": the host's perf_counter around the call; a CPU timing, labelled as such.
+
+Every iteration, warm-up or timed, has the same shape, so a candidate cannot tell them apart
+("graph" aside: its warm-up runs eagerly, as capture needs): untimed setup (`before_iteration`),
+a write of a buffer twice the L2 size (evicts the inputs), a synchronize, the call, a
+device-wide synchronize, a clock sample.
+
+How "kernel" assigns device work to iterations: the harness wraps its own setup and flush in
+profiler ranges named with a secret token; a device record belongs to the harness when the host
+op that launched it (the profiler's correlation link) ran on the harness thread inside such a
+range. The flush of iteration k is its marker on the device timeline. Every other record belongs
+to the iteration whose marker started last before it, whichever stream or thread it came from:
+work a thread launches after its iteration's synchronize is charged to the iteration running
+when it starts, never dropped. Records that start before the first marker predate the
+measurement and are left out. No method sees work launched after the measurement has ended;
+the harness's thread checks cover that.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from solforge.errors import SolforgeError
+from solforge.harness.clocks import ClockSampler, clock_reader
+
+METHODS = ("kernel", "events", "graph", "cpu")
+DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")  # the profiler's names for device work
+# Host records of torch ops. Runtime-API records (cudaLaunchKernel) are left out: their
+# correlation ids are CUPTI's, another numbering than the op ids device records link to.
+TORCH_OPS = ("cpu_op", "user_annotation")
+
+
+class TimingError(SolforgeError):
+    """A measurement that could not be taken or cannot be trusted."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One measured callable. Times in milliseconds, one per timed iteration."""
+
+    method: str  # one of METHODS
+    times_ms: tuple[float, ...]
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    spread: float  # (p90 - p10) / median
+    sm_clock_mhz: tuple[float, float] | None  # min, max seen during the run (None on CPU)
+    mem_clock_mhz: tuple[float, float] | None
+    kernels_per_iteration: float | None  # device records per timed iteration ("kernel" only)
+
+
+@dataclass(frozen=True)
+class DeviceSpan:
+    """One record of device work: `linked_id` is the correlation id of the host op that launched
+    it (0 when the profiler knows none)."""
+
+    start_ns: int
+    end_ns: int
+    linked_id: int
+
+
+def summarize(method: str, times_ms: Sequence[float],
+              sm_clock_mhz: tuple[float, float] | None = None,
+              mem_clock_mhz: tuple[float, float] | None = None,
+              kernels_per_iteration: float | None = None) -> Timing:
+    if not times_ms:
+        raise TimingError("no timed iterations to summarize")
+    p10, median, p90 = (float(v) for v in np.percentile(times_ms, [10, 50, 90]))
+    return Timing(method, tuple(float(t) for t in times_ms), median, float(min(times_ms)),
+                  float(max(times_ms)), _spread(p10, median, p90), sm_clock_mhz, mem_clock_mhz,
+                  kernels_per_iteration)
+
+
+def _spread(p10: float, median: float, p90: float) -> float:
+    """(p90 - p10) / median; 0 when every time is 0 (no device work at all)."""
+    if median > 0:
+        return (p90 - p10) / median
+    return 0.0 if p90 == p10 else math.inf
+
+
+def l2_flush_buffer(l2_bytes: int, device: torch.device | str | int) -> torch.Tensor:
+    """A buffer of twice `l2_bytes`: writing all of it evicts whatever the L2 held."""
+    if l2_bytes <= 0:
+        raise TimingError(f"L2 size must be positive, got {l2_bytes}")
+    return _flush_buffer(2 * l2_bytes, device)
+
+
+def time_iterations(run_iteration: Callable[[int], None], iterations: int, warmup: int,
+                    method: str = "kernel", flush_bytes: int | None = None,
+                    before_iteration: Callable[[int], None] | None = None) -> Timing:
+    """Time `iterations` calls after `warmup` untimed ones.
+
+    `run_iteration(i)` and `before_iteration(i)` get i = 0 .. warmup + iterations - 1 (warm-up
+    first), so every call can have its own inputs. `flush_bytes` is the size of the buffer
+    written before each iteration: None means twice the device's L2 on CUDA and no flush on the
+    CPU; 0 means no flush (warm-cache timing).
+    """
+    if method not in METHODS:
+        raise TimingError(f"unknown timing method {method!r} (methods: {', '.join(METHODS)})")
+    if iterations < 1 or warmup < 0:
+        raise TimingError(f"need iterations >= 1 and warmup >= 0, got {iterations}, {warmup}")
+    before = before_iteration or _nothing
+    if method == "cpu":
+        return _time_cpu(run_iteration, before, iterations, warmup, flush_bytes)
+    if not torch.cuda.is_available():
+        raise TimingError(f"timing method {method!r} needs a CUDA device; use method='cpu'")
+    device = torch.device("cuda", torch.cuda.current_device())
+    if flush_bytes is None:
+        flush_bytes = 2 * torch.cuda.get_device_properties(device).L2_cache_size
+    # With no flush a 4-byte write still marks where each iteration begins ("kernel").
+    buffer = _flush_buffer(max(flush_bytes, 4), device)
+    sampler = ClockSampler(clock_reader(device))
+    timers = {"kernel": _time_kernels, "events": _time_events, "graph": _time_graph}
+    times, kernels = timers[method](run_iteration, before, iterations, warmup, buffer, sampler)
+    return summarize(method, times, sampler.sm_range(), sampler.mem_range(), kernels)
+
+
+def _nothing(_: int) -> None:
+    return None
+
+
+def _flush_buffer(nbytes: int, device: torch.device | str | int) -> torch.Tensor:
+    return torch.empty(max(nbytes // 4, 1), dtype=torch.int32, device=device)
+
+
+def _flush(buffer: torch.Tensor, i: int) -> None:
+    buffer.fill_(i + 1)  # one write kernel; a new value each time, so no write is a no-op
+
+
+def _time_cpu(run: Callable[[int], None], before: Callable[[int], None], iterations: int,
+              warmup: int, flush_bytes: int | None) -> Timing:
+    buffer = _flush_buffer(flush_bytes, "cpu") if flush_bytes else None
+    times = []
+    for i in range(warmup + iterations):
+        before(i)
+        if buffer is not None:
+            _flush(buffer, i)
+        start = time.perf_counter()
+        run(i)
+        elapsed_ms = (time.perf_counter() - start) * 1e3
+        if i >= warmup:
+            times.append(elapsed_ms)
+    return summarize("cpu", times)
+
+
+def _time_events(run: Callable[[int], None], before: Callable[[int], None], iterations: int,
+                 warmup: int, buffer: torch.Tensor,
+                 sampler: ClockSampler) -> tuple[list[float], None]:
+    times = []
+    for i in range(warmup + iterations):
+        before(i)
+        _flush(buffer, i)
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        run(i)
+        torch.cuda.synchronize()  # side-stream work finishes before the end event
+        end.record()
+        end.synchronize()
+        if i >= warmup:
+            times.append(start.elapsed_time(end))
+        _sample_clocks(sampler, i, warmup, iterations)
+    return times, None
+
+
+def _time_graph(run: Callable[[int], None], before: Callable[[int], None], iterations: int,
+                warmup: int, buffer: torch.Tensor,
+                sampler: ClockSampler) -> tuple[list[float], None]:
+    """Warm-up runs eagerly (compiles, creates handles); each timed iteration is captured into its
+    own graph, with its own inputs, and replayed once."""
+    for i in range(warmup):
+        before(i)
+        _flush(buffer, i)
+        run(i)
+        torch.cuda.synchronize()
+    times = []
+    for i in range(warmup, warmup + iterations):
+        before(i)
+        graph = _capture(run, i)
+        _flush(buffer, i)
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+        _sample_clocks(sampler, i, warmup, iterations)
+    return times, None
+
+
+def _sample_clocks(sampler: ClockSampler, i: int, warmup: int, iterations: int) -> None:
+    """Read the clocks right after iteration i, while they are still at their loaded level, and
+    keep the timed iterations' readings. A slow reader (nvidia-smi) reads only after the first
+    and the last timed iteration."""
+    sampler.sample(force=i in (warmup, warmup + iterations - 1), keep=i >= warmup)
+
+
+def _capture(run: Callable[[int], None], i: int) -> torch.cuda.CUDAGraph:
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            run(i)
+    except RuntimeError as exc:
+        raise TimingError(f"iteration {i} cannot be captured in a CUDA graph: {exc}") from None
+    return graph
+
+
+def _time_kernels(run: Callable[[int], None], before: Callable[[int], None], iterations: int,
+                  warmup: int, buffer: torch.Tensor,
+                  sampler: ClockSampler) -> tuple[list[float], float]:
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    token = secrets.token_hex(8)  # a candidate cannot name its own work like the harness's
+    setup_range, flush_range = f"solforge.setup.{token}", f"solforge.flush.{token}"
+    total = warmup + iterations
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(total):
+            with record_function(setup_range):
+                before(i)
+            with record_function(flush_range):
+                _flush(buffer, i)
+            torch.cuda.synchronize()
+            run(i)
+            torch.cuda.synchronize()
+            _sample_clocks(sampler, i, warmup, iterations)
+    events = prof.profiler.kineto_results.events()
+    spans = [DeviceSpan(e.start_ns(), e.end_ns(), e.linked_correlation_id())
+             for e in events if e.activity_type() in DEVICE_WORK]
+    markers = host_ids_in_ranges(events, flush_range)
+    if len(markers) != total:
+        raise TimingError(f"the profiler recorded {len(markers)} flush ranges for {total} "
+                          f"iterations")
+    harness = set().union(*host_ids_in_ranges(events, setup_range))
+    groups = split_iterations(spans, markers, harness)[warmup:]
+    times = [window_ms(group) for group in groups]
+    return times, sum(len(group) for group in groups) / len(groups)
+
+
+def host_ids_in_ranges(events: Sequence, range_name: str) -> list[set[int]]:
+    """For each profiler range named `range_name` (in time order): the correlation ids of the
+    host ops that ran inside it on the range's own thread, the range itself included."""
+    ranges = sorted((e for e in events
+                     if e.activity_type() == "user_annotation" and e.name() == range_name),
+                    key=lambda e: e.start_ns())
+    if not ranges:
+        return []
+    thread = ranges[0].start_thread_id()
+    host_ops = sorted((e for e in events
+                       if e.activity_type() in TORCH_OPS and e.start_thread_id() == thread),
+                      key=lambda e: e.start_ns())
+    starts = [op.start_ns() for op in host_ops]
+    found = []
+    for annotation in ranges:
+        first = bisect_left(starts, annotation.start_ns())
+        last = bisect_right(starts, annotation.end_ns())
+        ids = {op.correlation_id() for op in host_ops[first:last]}
+        found.append({i for i in ids if i > 0})
+    return found
+
+
+def split_iterations(spans: Sequence[DeviceSpan], markers: Sequence[set[int]],
+                     harness_ids: set[int]) -> list[list[DeviceSpan]]:
+    """The candidate's device work per iteration.
+
+    `markers[k]` holds the host-op ids of iteration k's flush; the earliest device record they
+    launched marks where iteration k begins. Records launched by the harness (`harness_ids`, or a
+    marker's ids) are left out; every other record goes to the last iteration whose marker
+    started at or before it. Records before the first marker are left out.
+    """
+    starts = []
+    for k, ids in enumerate(markers):
+        own = [span.start_ns for span in spans if span.linked_id in ids]
+        if not own:
+            raise TimingError(f"the profiler recorded no flush kernel for iteration {k}; "
+                              f"kernel records are missing (is CUPTI available?)")
+        starts.append(min(own))
+    if starts != sorted(starts):
+        raise TimingError("flush kernels were recorded out of order; timing cannot be trusted")
+    excluded = set(harness_ids).union(*markers) - {0}
+    groups: list[list[DeviceSpan]] = [[] for _ in markers]
+    for span in spans:
+        if span.linked_id in excluded:
+            continue
+        k = bisect_right(starts, span.start_ns) - 1
+        if k >= 0:
+            groups[k].append(span)
+    return groups
+
+
+def window_ms(spans: Sequence[DeviceSpan]) -> float:
+    """First start to last end, in ms; 0 for an iteration that put no work on the device."""
+    if not spans:
+        return 0.0
+    return (max(s.end_ns for s in spans) - min(s.start_ns for s in spans)) / 1e6
