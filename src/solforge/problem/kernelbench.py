@@ -106,6 +106,8 @@ def import_kernelbench_dir(path: str | Path, out_dir: str | Path) -> list[Import
     A file that fails is reported in its result and the others are still imported.
     """
     path, out_dir = Path(path), Path(out_dir)
+    if not path.is_dir():
+        raise ProblemError(path, "<folder>", "not a folder of KernelBench files")
     results: list[ImportResult] = []
     for source in sorted(path.rglob("*.py")):
         if source.name == "__init__.py":
