@@ -428,7 +428,7 @@ def _nll_loss(op: OpRecord) -> OpCost:
 
 @rule("nonzero", "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim", "bincount",
       "repeat_interleave", "searchsorted", "bucketize", "multinomial", "argwhere", "histc",
-      "one_hot", "_local_scalar_dense")
+      "one_hot", "_local_scalar_dense", "item")
 def _indexing(op: OpRecord) -> OpCost:
     source = max(_inputs(op), key=lambda t: t.numel, default=None)
     flops = {SIMT_FP32: float(source.numel)} if source is not None else {}

@@ -55,7 +55,7 @@ DRAW_LIMIT = 1 << 25
 # Ops whose output *shape* depends on values: they must run on concrete values.
 SHAPE_FROM_VALUES = {
     "nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim",
-    "bincount", "repeat_interleave", "argwhere", "nonzero_numpy", "_local_scalar_dense",
+    "bincount", "repeat_interleave", "argwhere", "nonzero_numpy", "_local_scalar_dense", "item",
 }
 # Ops whose results are indices into other tensors: run on values so routing stays realistic.
 INDEX_PRODUCING = {
@@ -239,7 +239,7 @@ class _Tracer:
         packet = func.overloadpacket.__name__
         if packet in _IGNORED:
             return func(*args, **kwargs)
-        if packet == "_local_scalar_dense":
+        if packet in {"_local_scalar_dense", "item"}:
             return self._item(func, args)
         if packet == "index" and _has_bool_index(args):
             args = self._bool_indices_to_long(args)
@@ -257,7 +257,8 @@ class _Tracer:
             raise AnalysisError(f"the reference reads a value (.item()) of a "
                                 f"{list(args[0].shape)} tensor too large to draw")
         self.records.append(OpRecord(str(func), {"self": self.info(args[0])}, ()))
-        return values.item()
+        with unset_fake_temporarily():
+            return values.item()
 
     def _bool_indices_to_long(self, args: tuple) -> tuple:
         indices = []
