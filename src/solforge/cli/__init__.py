@@ -13,6 +13,10 @@ from solforge.errors import SolforgeError
 # Importing a command module registers its commands on `app`; one line per module.
 COMMAND_MODULES = [
     "check",
+    "analyze",
+    "importer",
+    "calibrate",
+    "hardware",
 ]
 for _name in COMMAND_MODULES:
     importlib.import_module(f"solforge.cli.{_name}")
