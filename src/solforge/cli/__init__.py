@@ -17,6 +17,8 @@ COMMAND_MODULES = [
     "importer",
     "calibrate",
     "hardware",
+    "eval",
+    "problems",
 ]
 for _name in COMMAND_MODULES:
     importlib.import_module(f"solforge.cli.{_name}")

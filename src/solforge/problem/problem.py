@@ -29,10 +29,13 @@ class Problem:
         return resolve_axes(self.definition, workload.axes)
 
     def workload(self, uuid: str) -> Workload:
-        for workload in self.workloads:
-            if workload.uuid == uuid or workload.uuid.startswith(uuid):
-                return workload
-        raise ProblemError(self.root / WORKLOAD_FILES[0], "uuid", f"no workload {uuid!r}")
+        """The workload with this uuid, or the only one whose uuid starts with it."""
+        exact = [w for w in self.workloads if w.uuid == uuid]
+        matches = exact or [w for w in self.workloads if w.uuid.startswith(uuid)]
+        if len(matches) == 1:
+            return matches[0]
+        reason = f"no workload {uuid!r}" if not matches else f"{uuid!r} matches several workloads"
+        raise ProblemError(self.root / WORKLOAD_FILES[0], "uuid", reason)
 
     def input_elements(self, workload: Workload) -> int:
         """Logical elements over all tensor inputs: a size to order workloads by."""

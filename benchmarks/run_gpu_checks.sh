@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Run everything that exists for the GPU, on a machine with a CUDA GPU, and write the results to
+# OUTDIR: the `gpu`-marked tests, a calibrated hardware profile, and the GPU benchmarks.
+#
+#   benchmarks/run_gpu_checks.sh OUTDIR [STAGE ...]      stages: env tests calibrate harness
+#
+# With no STAGE, all stages run in order. A stage whose result file is already in OUTDIR is
+# skipped, so a run cut short by a time limit resumes where it stopped. Works from a source
+# checkout without installing: src/ goes on PYTHONPATH.
+set -uo pipefail
+out=${1:?usage: benchmarks/run_gpu_checks.sh OUTDIR [STAGE ...]}
+shift
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(env tests calibrate harness)
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+python=${PYTHON:-python3}
+
+run_stage() {  # name, result file, command...
+    local name=$1 result=$2
+    shift 2
+    if [ -s "$out/$result" ]; then
+        echo "== $name: $out/$result exists, skipped"
+        return 0
+    fi
+    echo "== $name"
+    local start=$SECONDS
+    "$@"
+    local status=$?
+    echo "== $name: exit $status after $((SECONDS - start)) s"
+    return 0
+}
+
+stage_env() {
+    {
+        date -u +"%Y-%m-%dT%H:%M:%SZ"
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+            --format=csv
+        "$python" -c "import torch, triton, platform; print('python', platform.python_version());
+print('torch', torch.__version__, 'cuda', torch.version.cuda); print('triton', triton.__version__);
+print('device', torch.cuda.get_device_name(0))"
+        command -v ncu && ncu --version | tail -1
+        command -v nvcc && nvcc --version | tail -1
+    } > "$out/environment.txt" 2>&1
+}
+
+stage_tests() {
+    "$python" -m pytest -m gpu -q -rA -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.log"
+}
+
+stage_calibrate() {
+    "$python" -m solforge calibrate -o "$out/h200-measured.json" 2>&1 | tee "$out/calibrate.log"
+}
+
+stage_harness() {
+    "$python" benchmarks/harness_gpu.py "$out" 2>&1 | tee "$out/harness.log"
+}
+
+for stage in "${stages[@]}"; do
+    case $stage in
+        env) run_stage env environment.txt stage_env ;;
+        tests) run_stage tests gpu-tests.log stage_tests ;;
+        calibrate) run_stage calibrate h200-measured.json stage_calibrate ;;
+        harness) run_stage harness harness_summary.json stage_harness ;;
+        *) echo "unknown stage $stage" >&2; exit 2 ;;
+    esac
+done

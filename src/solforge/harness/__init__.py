@@ -1,0 +1,31 @@
+"""The evaluation harness: runs candidates in their own process, checks them, times them.
+
+    from solforge.harness import EvalConfig, evaluate, load_solution
+    traces = evaluate(problem, load_solution("solution.json"), EvalConfig(device="cuda"))
+
+The driver (evaluate.py) is trusted and never runs candidate code; each candidate runs in a fresh
+worker process (worker.py) that it leads through a fixed protocol (protocol.py) over an
+authenticated channel (channel.py). The driver computes every reference itself (oracle.py),
+compares (compare.py), re-checks timed outputs (judge.py) and holds every time to the
+speed-of-light floor (sol.py). Guards in the worker (guards.py) catch monkey-patching, background
+threads and forks; timing.py measures. Results are FlashInfer-Trace records (trace.py).
+"""
+
+from solforge.harness.evaluate import EvalConfig, evaluate
+from solforge.harness.session import Limits
+from solforge.harness.solution import Solution, SolutionError, load_solution, parse_solution
+from solforge.harness.trace import Status, Trace, append_traces, read_traces
+
+__all__ = [
+    "EvalConfig",
+    "Limits",
+    "Solution",
+    "SolutionError",
+    "Status",
+    "Trace",
+    "append_traces",
+    "evaluate",
+    "load_solution",
+    "parse_solution",
+    "read_traces",
+]

@@ -1,0 +1,118 @@
+"""Is a candidate's output right? The comparison the trusted driver makes, never the candidate.
+
+Per output, in this order (SOL-ExecBench docs/workload.md semantics):
+1. exact shape and dtype (storage shape for packed fp4);
+2. NaN or Inf in the candidate fails, even where the reference has the same value, except
+   matching -inf when the workload allows it; a reference with NaN/Inf is an INVALID_REFERENCE;
+3. an all-zero output against a non-zero reference fails whatever the tolerance (a zero output
+   is the classic answer of a kernel that did nothing);
+4. element-wise |out - ref| <= max_atol + max_rtol * |ref|, in float64; the output passes when at
+   least `required_matched_ratio` of the elements do and, when `max_error_cap` is set, the
+   largest absolute error stays under it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from solforge.harness.trace import Correctness, Status
+from solforge.problem.definition import Definition
+from solforge.problem.inputs import unpack_fp4
+from solforge.problem.outputs import OutputMismatch, check_outputs
+from solforge.problem.workload import Tolerance
+
+_MISMATCH_STATUS = {"shape": Status.INCORRECT_SHAPE, "count": Status.INCORRECT_SHAPE,
+                    "dtype": Status.INCORRECT_DTYPE}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    status: Status  # PASSED, INCORRECT_*, or INVALID_REFERENCE
+    correctness: Correctness | None
+    message: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.PASSED
+
+
+def compare_outputs(outputs: list[Any], expected: list[Any], definition: Definition,
+                    shapes: dict[str, tuple[int, ...] | None], tolerance: Tolerance) -> Comparison:
+    """Check every output against the reference's; the worst error is reported."""
+    try:
+        check_outputs(outputs, definition, shapes)
+    except OutputMismatch as exc:
+        return Comparison(_MISMATCH_STATUS[exc.kind], None, str(exc))
+    worst = Correctness()
+    for name, out, ref in zip(definition.outputs, outputs, expected):
+        verdict = _compare_one(name, out, ref, tolerance)
+        if not verdict.passed:
+            return verdict
+        worst = worst_of(worst, verdict.correctness)
+    return Comparison(Status.PASSED, worst)
+
+
+def _compare_one(name: str, out: Any, ref: Any, tolerance: Tolerance) -> Comparison:
+    ref64 = as_float64(ref, None)
+    out64 = as_float64(out, ref64.device)
+    both_neg_inf = (out64 == -torch.inf) & (ref64 == -torch.inf)
+    excused = both_neg_inf if tolerance.allow_negative_inf else torch.zeros_like(both_neg_inf)
+    if not bool((torch.isfinite(ref64) | excused).all()):
+        return Comparison(Status.INVALID_REFERENCE, None,
+                          f"the reference's {name!r} holds NaN or Inf at this seed")
+    has_nan = bool(torch.isnan(out64).any())
+    has_inf = bool((torch.isinf(out64) & ~excused).any())
+    if has_nan or has_inf:
+        what = "NaN" if has_nan else "Inf"
+        return Comparison(Status.INCORRECT_NUMERICAL,
+                          Correctness(has_nan=has_nan, has_inf=has_inf and not has_nan),
+                          f"output {name!r} holds {what}")
+    keep = ~excused
+    out64, ref64 = out64[keep], ref64[keep]
+    if out64.numel() == 0:
+        return Comparison(Status.PASSED, Correctness(matched_ratio=1.0))
+    error = (out64 - ref64).abs()
+    max_abs = float(error.max())
+    # Relative to |ref|, floored at atol (and above zero, so exact comparisons give 0, not 0/0).
+    floor = max(tolerance.max_atol, torch.finfo(torch.float64).tiny)
+    max_rel = float((error / ref64.abs().clamp(min=floor)).max())
+    bound = tolerance.max_atol + tolerance.max_rtol * ref64.abs()
+    matched = float((error <= bound).double().mean())
+    correctness = Correctness(max_rel, max_abs, matched_ratio=matched)
+    if bool((ref64 != 0).any()) and not bool((out64 != 0).any()):
+        return Comparison(Status.INCORRECT_NUMERICAL, correctness,
+                          f"output {name!r} is all zeros; the reference is not")
+    if matched < tolerance.required_matched_ratio:
+        return Comparison(Status.INCORRECT_NUMERICAL, correctness,
+                          f"output {name!r}: {matched:.2%} of elements within atol="
+                          f"{tolerance.max_atol:g}, rtol={tolerance.max_rtol:g} (needs "
+                          f"{tolerance.required_matched_ratio:.2%}); max abs error {max_abs:.3g}")
+    cap = tolerance.max_error_cap
+    if cap is not None and max_abs > cap:
+        return Comparison(Status.INCORRECT_NUMERICAL, correctness,
+                          f"output {name!r}: max abs error {max_abs:.3g} above the cap {cap:g}")
+    return Comparison(Status.PASSED, correctness)
+
+
+def as_float64(value: Any, device: torch.device | None) -> torch.Tensor:
+    """A float64 tensor of the logical values (packed fp4 unpacked, scalars as 0-D)."""
+    if not isinstance(value, torch.Tensor):
+        return torch.tensor(float(value), dtype=torch.float64, device=device)
+    if value.dtype == torch.float4_e2m1fn_x2:
+        value = unpack_fp4(value)
+    if device is not None:
+        value = value.to(device)
+    return value.to(torch.float64)
+
+
+def worst_of(a: Correctness | None, b: Correctness | None) -> Correctness | None:
+    """The larger errors and the smaller matched ratio of two comparisons."""
+    if a is None or b is None:
+        return a or b
+    ratios = [r for r in (a.matched_ratio, b.matched_ratio) if r is not None]
+    return Correctness(max(a.max_relative_error, b.max_relative_error),
+                       max(a.max_absolute_error, b.max_absolute_error),
+                       matched_ratio=min(ratios) if ratios else None)

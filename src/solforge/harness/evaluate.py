@@ -1,0 +1,318 @@
+"""Evaluate a solution on the workloads of a problem: the trusted driver.
+
+The driver never runs candidate code. It builds the solution (C++ in a separate compile
+process), runs the candidate in a worker process that it leads workload by workload (judge.py),
+computes every reference itself and compares; then it holds each passing time to the
+speed-of-light floor, times the reference the same way for T_b (only for the workloads that
+passed), and writes one trace per workload.
+
+Defaults per device: on a GPU 5 correctness rounds, 10 warm-up and 50 timed calls, 8 timed
+outputs re-checked, every workload; on the CPU 3 rounds, 2 + 10 calls, 3 re-checked, the two
+smallest workloads (the same pipeline, labelled CPU timings, no SOL score).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from solforge.errors import HardwareError, SolforgeError
+from solforge.hardware.profile import HardwareProfile
+from solforge.harness import protocol
+from solforge.harness.baseline import BASELINES, KINDS, BaselineCache, cache_key, choose
+from solforge.harness.build import BuildFailure, build_solution
+from solforge.harness.environment import environment
+from solforge.harness.judge import Plan, WorkloadResult
+from solforge.harness.oracle import ReferenceOracle
+from solforge.harness.runner import RoleRun, Runner
+from solforge.harness.seeds import SeedPlan, draw_secret
+from solforge.harness.session import Limits
+from solforge.harness.sol import SpeedOfLight, below_floor, score, speed_of_light
+from solforge.harness.solution import Solution
+from solforge.harness.timing import METHODS
+from solforge.harness.trace import (
+    BaselineReport,
+    Environment,
+    Evaluation,
+    Performance,
+    Status,
+    TimingReport,
+    Trace,
+)
+from solforge.problem.problem import Problem
+from solforge.problem.workload import Workload
+
+# (rounds, warm-up, timed iterations, re-checked timed outputs) per device type.
+DEFAULTS = {"cuda": (5, 10, 50, 8), "cpu": (3, 2, 10, 3)}
+CPU_SMALLEST = 2
+BASELINE_ROUNDS, BASELINE_VERIFY = 1, 2  # the reference is trusted: one sanity round
+TIMING_LABELS = {
+    "kernel": "GPU kernel time: profiler records on every stream, first start to last end "
+              "of each call; host launch cost excluded; cold L2",
+    "events": "GPU time between CUDA events around each call, device-wide sync; launch cost "
+              "included; cold L2",
+    "graph": "GPU time of each call replayed from a CUDA graph; cold L2",
+    "cpu": "CPU wall time of each call (perf_counter): a CPU timing, not comparable with GPU "
+           "times and not scored against T_SOL",
+}
+_FORGED_RECORD = re.compile(r'"status"\s*:\s*"(' + "|".join(s.value for s in Status) + r')"')
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    device: str = "cuda"
+    hardware: str | None = None  # a catalog name, NAME@MHz or a profile file; None: detect
+    baseline: str = "best"  # eager | compile | best
+    workloads: tuple[str, ...] = ()  # uuids (or prefixes); empty: all (GPU), smallest (CPU)
+    smallest: int | None = None  # only the N smallest workloads
+    rounds: int | None = None  # None: the device's default (DEFAULTS)
+    warmup: int | None = None
+    iterations: int | None = None
+    verify: int | None = None
+    timing: str = "kernel"  # GPU timing method; the CPU always uses "cpu"
+    seed: int = 0  # the public seed; a secret drawn per run is mixed in
+    secret: int | None = None  # fixed only in tests
+    limits: Limits = field(default_factory=Limits)
+    compile_timeout_s: float = 600.0
+    max_restarts: int = 2
+    cache_dir: Path | None = None  # builds and measured baselines; None: ~/.cache/solforge
+    reuse_baselines: bool = True
+
+
+def evaluate(problem: Problem, solution: Solution, config: EvalConfig = EvalConfig(),
+             progress: Progress | None = None) -> list[Trace]:
+    """One trace per selected workload, in the problem's order."""
+    report = progress or _silent
+    run = EvaluationRun(problem, config)
+    report(f"{solution.name}: {len(run.workloads)} workloads on {run.device}")
+    candidate = run.candidate(solution, report)
+    sols = {w.uuid: speed_of_light(problem, w, run.profile) for w in run.workloads}
+    results = {uuid: run.hold_to_floor(result, sols[uuid])
+               for uuid, result in _reject_forged_prints(candidate).items()}
+    passed = [w for w in run.workloads if results[w.uuid].status is Status.PASSED]
+    baselines = run.baselines(solution, passed, report) if passed else {}
+    traces = []
+    for workload in run.workloads:
+        evaluation = run.evaluation(results[workload.uuid], sols[workload.uuid],
+                                    baselines.get(workload.uuid), candidate.log)
+        report(f"{workload.uuid[:8]} {evaluation.status.value}")
+        traces.append(Trace(problem.name, solution.name, workload.to_dict(), evaluation))
+    return traces
+
+
+class EvaluationRun:
+    """One evaluation's shared state: device, workloads, plan, profile, workers."""
+
+    def __init__(self, problem: Problem, config: EvalConfig) -> None:
+        _check_choices(config)
+        self.problem = problem
+        self.config = config
+        self.device = resolve_device(config.device)
+        self.workloads = select_workloads(problem, config, self.device)
+        self.plan = _plan(config, self.device)
+        self.profile = resolve_profile(config.hardware, self.device)
+        self.environment: Environment = environment(self.device)
+        self.cache_dir = config.cache_dir or default_cache_dir()
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.timing_method = "cpu" if self.device.type == "cpu" else config.timing
+        self.runner = Runner(problem.root, self.device, ReferenceOracle(problem, self.device),
+                             self.timing_method, config.limits, config.max_restarts,
+                             self.cache_dir)
+
+    def candidate(self, solution: Solution, report: Progress) -> RoleRun:
+        try:
+            build = build_solution(solution, self.cache_dir / "builds", self.device.type,
+                                   self.config.compile_timeout_s)
+        except BuildFailure as failure:
+            results = {w.uuid: WorkloadResult(w.uuid, failure.status, failure.message)
+                       for w in self.workloads}
+            return RoleRun(results, "")
+        return self.runner.run(protocol.CANDIDATE, solution, build, self.plan, self.workloads,
+                               report)
+
+    def hold_to_floor(self, result: WorkloadResult,
+                      sol: SpeedOfLight | str) -> WorkloadResult:
+        """A PASSED time under the physical floor (or with no device work) is a REWARD_HACK."""
+        if result.status is not Status.PASSED:
+            return result
+        median = result.timing["median_ms"]
+        evidence = None
+        if self.device.type == "cuda" and median <= 0:
+            evidence = "no device work was recorded in the timed calls"
+        elif isinstance(sol, SpeedOfLight):
+            evidence = below_floor(median, sol)
+        if evidence is None:
+            return result
+        return replace(result, status=Status.REWARD_HACK, message=evidence, correctness=None)
+
+    def baselines(self, solution: Solution, workloads: list[Workload],
+                  report: Progress) -> dict[str, BaselineReport | None]:
+        """T_b per workload: from the cache, or timed in fresh workers (then cached)."""
+        cache = BaselineCache(self.cache_dir / "baselines.jsonl")
+        times: dict[str, dict[str, float | None]] = {w.uuid: {} for w in workloads}
+        measured: set[str] = set()
+        plan = replace(self.plan, rounds=BASELINE_ROUNDS, verify=BASELINE_VERIFY)
+        for kind in KINDS[self.config.baseline]:
+            keys = {w.uuid: cache_key(self.problem, w, kind, self._cache_context())
+                    for w in workloads}
+            for uuid, (key, _) in keys.items():
+                times[uuid][kind] = cache.get(key) if self.config.reuse_baselines else None
+            missing = [w for w in workloads if times[w.uuid][kind] is None]
+            if not missing:
+                continue
+            report(f"timing the reference ({kind}) on {len(missing)} workloads")
+            run = self.runner.run(kind, solution, None, plan, missing, _silent)
+            for uuid, result in run.results.items():
+                measured.add(uuid)
+                if result.status is Status.PASSED:
+                    times[uuid][kind] = result.timing["median_ms"]
+                    cache.put(*keys[uuid], median_ms=result.timing["median_ms"])
+        return {uuid: choose(self.config.baseline, kinds, cached=uuid not in measured)
+                for uuid, kinds in times.items()}
+
+    def _cache_context(self) -> dict[str, object]:
+        return {"method": self.timing_method, "warmup": self.plan.warmup,
+                "iterations": self.plan.iterations, "hardware": self.environment.hardware,
+                "libs": self.environment.libs}
+
+    def evaluation(self, result: WorkloadResult, sol: SpeedOfLight | str,
+                   baseline: BaselineReport | None, log: str) -> Evaluation:
+        notes = [sol] if isinstance(sol, str) else []
+        timing = self._timing_report(result)
+        performance = sol_score = None
+        if result.status is Status.PASSED:
+            latency = timing.median_ms
+            reference = baseline.latency_ms if baseline else 0.0
+            performance = Performance(latency, reference, reference / latency if latency else 0.0)
+            sol_score, note = self._score(latency, baseline, sol)
+            notes += [note] if note else []
+        known = sol if isinstance(sol, SpeedOfLight) else None
+        return Evaluation(
+            status=result.status, environment=self.environment, timestamp=_now(),
+            log="" if result.status is Status.PASSED else _failure_log(result.message, log),
+            correctness=result.correctness if result.status in _WITH_CORRECTNESS else None,
+            performance=performance,
+            t_sol_ms=known.t_sol_ms if known else None,
+            sol_floor_ms=known.floor_ms if known else None,
+            sol_bound=known.bound if known else None,
+            sol_hardware=known.hardware if known else None,
+            sol_score=sol_score, timing=timing,
+            baseline=baseline if result.status is Status.PASSED else None,
+            evidence=result.message if result.status is Status.REWARD_HACK else None,
+            notes=tuple(notes),
+        )
+
+    def _score(self, latency_ms: float, baseline: BaselineReport | None,
+               sol: SpeedOfLight | str) -> tuple[float | None, str | None]:
+        if self.device.type == "cpu":
+            return None, "CPU timing: no SOL score"
+        if not isinstance(sol, SpeedOfLight):
+            return None, None
+        return score(latency_ms, baseline.latency_ms if baseline else None, sol)
+
+    def _timing_report(self, result: WorkloadResult) -> TimingReport | None:
+        timing = result.timing
+        if timing is None:
+            return None
+        return TimingReport(
+            method=timing["method"], device=self.device.type,
+            label=TIMING_LABELS[timing["method"]], iterations=len(timing["times_ms"]),
+            warmup=self.plan.warmup, median_ms=timing["median_ms"], min_ms=timing["min_ms"],
+            max_ms=timing["max_ms"], spread=timing["spread"],
+            sm_clock_mhz=timing.get("sm_clock_mhz"), mem_clock_mhz=timing.get("mem_clock_mhz"),
+            kernels_per_iteration=timing.get("kernels_per_iteration"),
+            first_call_ms=result.first_call_ms, verified_iterations=result.verified)
+
+
+_WITH_CORRECTNESS = (Status.PASSED, Status.INCORRECT_NUMERICAL)
+
+
+def _check_choices(config: EvalConfig) -> None:
+    if config.baseline not in BASELINES:
+        raise SolforgeError(f"unknown baseline {config.baseline!r} "
+                            f"(choose from {', '.join(BASELINES)})")
+    if config.timing not in METHODS or config.timing == "cpu":
+        raise SolforgeError(f"unknown GPU timing method {config.timing!r} "
+                            f"(choose from kernel, events, graph)")
+
+
+def _plan(config: EvalConfig, device: torch.device) -> Plan:
+    rounds, warmup, iterations, verify = DEFAULTS[device.type]
+    secret = draw_secret() if config.secret is None else config.secret
+    return Plan(SeedPlan(secret, config.seed), config.rounds or rounds,
+                warmup if config.warmup is None else config.warmup,
+                config.iterations or iterations,
+                verify if config.verify is None else config.verify)
+
+
+def _reject_forged_prints(run: RoleRun) -> dict[str, WorkloadResult]:
+    """A candidate that printed something shaped like a result record tried to fake one."""
+    match = _FORGED_RECORD.search(run.log)
+    if match is None:
+        return run.results
+    evidence = f"printed a forged result record to stdout/stderr: {match.group(0)!r}"
+    return {uuid: result if result.status is not Status.PASSED else
+            replace(result, status=Status.REWARD_HACK, message=evidence, correctness=None)
+            for uuid, result in run.results.items()}
+
+
+def resolve_device(name: str) -> torch.device:
+    device = torch.device(name)
+    if device.type not in ("cuda", "cpu"):
+        raise SolforgeError(f"unsupported device {name!r} (cuda or cpu)")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SolforgeError("--device cuda: no CUDA device is available (use --device cpu)")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def resolve_profile(spec: str | None, device: torch.device) -> HardwareProfile:
+    """The hardware T_SOL is computed for: named, else the GPU itself, else an H200."""
+    from solforge.hardware import datasheet_for_device, load_profile
+
+    if spec:
+        return load_profile(spec)
+    if device.type == "cpu":
+        return load_profile("H200")
+    name = torch.cuda.get_device_name(device)
+    sheet = datasheet_for_device(name)
+    if sheet is None:
+        raise HardwareError(f"no datasheet for {name!r}: name the hardware with --hardware")
+    return sheet.profile()
+
+
+def select_workloads(problem: Problem, config: EvalConfig,
+                     device: torch.device) -> list[Workload]:
+    if config.workloads:
+        chosen = {problem.workload(uuid).uuid for uuid in config.workloads}
+    else:
+        count = config.smallest or (CPU_SMALLEST if device.type == "cpu" else None)
+        ordered = sorted(problem.workloads, key=problem.input_elements)
+        chosen = {w.uuid for w in (ordered[:count] if count else ordered)}
+    return [w for w in problem.workloads if w.uuid in chosen]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("SOLFORGE_CACHE", Path.home() / ".cache" / "solforge"))
+
+
+def _failure_log(message: str, log: str, chars: int = 4000) -> str:
+    tail = log if len(log) <= chars else "..." + log[-chars:]
+    return f"{message}\n--- worker output (tail) ---\n{tail}" if tail.strip() else message
+
+
+def _silent(message: str) -> None:
+    return None
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

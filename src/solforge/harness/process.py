@@ -1,0 +1,82 @@
+"""Child processes the driver starts: a fresh interpreter each, in its own process group.
+
+`start_new_session` puts the child and everything it forks in a new process group, so a
+timeout kills all of them at once (a forked grandchild cannot keep a GPU or a pipe busy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from solforge.harness.output_log import OutputLog
+
+
+@dataclass(frozen=True)
+class Finished:
+    returncode: int | None  # None: killed at the timeout
+    log: str
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+def python_command(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def python_env(base: dict[str, str]) -> dict[str, str]:
+    """`base` with an absolute PYTHONPATH (a relative entry would break in the child's own
+    folder), led by solforge's source folder when it runs from a checkout."""
+    root = Path(__file__).resolve().parents[2]
+    given = [str(Path(p).resolve()) for p in base.get("PYTHONPATH", "").split(os.pathsep) if p]
+    paths = [str(root), *given] if root.name == "src" else given
+    return {**base, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+
+
+def start(argv: Sequence[str], env: dict[str, str], cwd: Path,
+          pass_fds: Sequence[int] = ()) -> subprocess.Popen:
+    return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=env, cwd=cwd, pass_fds=tuple(pass_fds),
+                            start_new_session=True)
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL the child's whole process group and reap the child."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
+
+
+def run_captured(argv: Sequence[str], timeout_s: float, env: dict[str, str],
+                 cwd: Path) -> Finished:
+    """Run to completion or to the timeout; output kept bounded."""
+    process = start(argv, env, cwd)
+    log = OutputLog(process.stdout)
+    try:
+        returncode: int | None = process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        returncode = None
+    kill_group(process)
+    log.wait(5)
+    return Finished(returncode, log.text())
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name}"
+    return f"exited with code {returncode}"

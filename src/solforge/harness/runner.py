@@ -1,0 +1,152 @@
+"""Run one role (the candidate, or the reference as a baseline) over workloads in worker
+processes, restarting the worker after it crashes or hangs.
+
+A worker that dies, hangs, floods its output or stops answering loses the workload it was on
+(RUNTIME_ERROR or TIMEOUT) and a fresh worker takes the remaining ones, up to `max_restarts`
+times; after that every remaining workload gets the last failure. A failure to load the
+solution, or a guard tripped at import, is final for every workload. A candidate caught
+cheating is disqualified: every workload not yet evaluated is a REWARD_HACK too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from solforge.harness import protocol
+from solforge.harness.build import Build
+from solforge.harness.judge import Judge, Plan, WorkloadResult
+from solforge.harness.oracle import ReferenceOracle
+from solforge.harness.process import python_env
+from solforge.harness.protocol import WorkerConfig
+from solforge.harness.session import Limits, WorkerLost, WorkerSession
+from solforge.harness.solution import Solution
+from solforge.harness.trace import Status, parse_status
+from solforge.problem.workload import Workload
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RoleRun:
+    results: dict[str, WorkloadResult]
+    log: str  # what the workers printed (bounded)
+
+
+@dataclass(frozen=True)
+class Runner:
+    """Everything needed to start workers for one problem on one device."""
+
+    problem_dir: Path
+    device: torch.device
+    oracle: ReferenceOracle
+    timing_method: str
+    limits: Limits
+    max_restarts: int
+    workdir: Path  # the workers' working directory when there are no sources
+
+    def run(self, role: str, solution: Solution, build: Build | None, plan: Plan,
+            workloads: list[Workload], report: Progress) -> RoleRun:
+        pending = list(workloads)
+        results: dict[str, WorkloadResult] = {}
+        logs: list[str] = []
+        restarts = 0
+        while pending:
+            session = WorkerSession(self._config(role, solution, build, plan), self.limits,
+                                    self._env(), build.folder if build else self.workdir)
+            try:
+                ended = self._drive(session, plan, pending, results, report)
+            finally:
+                session.close()
+                logs.append(session.log.text())
+            if ended is None:
+                break
+            restarts += 1
+            if restarts > self.max_restarts:
+                _finish_all(pending, results, ended.status,
+                            f"not run: the process failed {restarts} times "
+                            f"(last: {ended.message})")
+                break
+            report(f"restarting the worker ({restarts}/{self.max_restarts})")
+        return RoleRun(results, "\n".join(logs))
+
+    def _drive(self, session: WorkerSession, plan: Plan, pending: list[Workload],
+               results: dict[str, WorkloadResult], report: Progress) -> WorkloadResult | None:
+        """Evaluate workloads until none are left (None) or the worker is gone (its result)."""
+        try:
+            _await_ready(session, self.limits.setup_timeout_s)
+        except WorkerLost as lost:
+            _finish_all(pending, results, lost.status, lost.message)
+            return None
+        judge = Judge(session, self.oracle, plan, self.limits.workload_timeout_s)
+        while pending:
+            workload = pending.pop(0)
+            report(f"{workload.uuid[:8]} running")
+            try:
+                result = judge.judge(workload)
+            except WorkerLost as lost:
+                result = WorkloadResult(workload.uuid, lost.status, lost.message, fatal=True)
+            results[workload.uuid] = result
+            if result.status is Status.REWARD_HACK:
+                _finish_all(pending, results, Status.REWARD_HACK,
+                            f"not evaluated: the solution was caught cheating on workload "
+                            f"{workload.uuid}: {result.message}")
+                return None
+            if result.fatal and pending:
+                return result
+        return None
+
+    def _config(self, role: str, solution: Solution, build: Build | None,
+                plan: Plan) -> WorkerConfig:
+        candidate = role == protocol.CANDIDATE
+        preload = solution.preload_modules() if candidate else ()
+        return WorkerConfig(
+            key_hex="", role=role, problem_dir=str(self.problem_dir.resolve()),
+            device=str(self.device), source_dir=str(build.folder) if build else None,
+            entry_file=solution.entry_file if candidate else None,
+            entry_function=solution.entry_function if candidate else None,
+            library=str(build.library) if build and build.library else None,
+            module_name=build.module_name if build else None,
+            destination_passing_style=candidate and solution.destination_passing_style,
+            preload=preload, timing_method=self.timing_method, warmup=plan.warmup,
+            iterations=plan.iterations, flush_bytes=None,
+            retain_bytes=_retain_bytes(self.device))
+
+    def _env(self) -> dict[str, str]:
+        env = python_env(dict(os.environ))
+        env["PYTHONUNBUFFERED"] = "1"
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # no compile-worker pool in the worker
+        if self.device.type == "cpu":
+            env["TRITON_INTERPRET"] = "1"  # read when triton is imported, in the worker
+        else:
+            env.pop("TRITON_INTERPRET", None)
+        return env
+
+
+def _await_ready(session: WorkerSession, timeout_s: float) -> None:
+    """The worker's READY; its FAILURE (the solution did not load) is final."""
+    frame = session.receive(session.deadline(timeout_s), 0,
+                            f"the solution did not load within {timeout_s:g} s")
+    if frame.kind == protocol.FAILURE:
+        raise WorkerLost(parse_status(frame.meta.get("status")), str(frame.meta.get("message", "")))
+    if frame.kind != protocol.READY:
+        raise WorkerLost(Status.RUNTIME_ERROR, f"protocol broken: {frame.kind} before ready")
+
+
+def _finish_all(pending: list[Workload], results: dict[str, WorkloadResult], status: Status,
+                message: str) -> None:
+    for workload in pending:
+        results[workload.uuid] = WorkloadResult(workload.uuid, status, message)
+    pending.clear()
+
+
+def _retain_bytes(device: torch.device) -> int:
+    """Memory for per-call inputs and frozen outputs: a quarter of what is free, up to 16 GiB."""
+    if device.type != "cuda":
+        return 512 << 20
+    free, _ = torch.cuda.mem_get_info(device)
+    return min(16 << 30, free // 4)

@@ -1,0 +1,437 @@
+"""The harness's parts on their own: solutions, traces, the channel, comparison, guards, and
+end-to-end verdicts that are not hacks (compile errors, wrong shapes, a broken reference)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from harness_corpus import HONEST, PROBLEMS, short_limits
+from typer.testing import CliRunner
+
+from solforge.cli import app
+from solforge.harness.channel import (
+    ChannelClosed,
+    ChannelForged,
+    ChannelTimeout,
+    FrameReader,
+    FrameWriter,
+)
+from solforge.harness.compare import compare_outputs
+from solforge.harness.evaluate import EvalConfig, evaluate, select_workloads
+from solforge.harness.guards import IdentitySnapshot, live_children
+from solforge.harness.output_log import OutputLog
+from solforge.harness.seeds import CALL, ROUND, SeedPlan
+from solforge.harness.sol import SpeedOfLight, below_floor, score
+from solforge.harness.solution import SolutionError, load_solution, parse_solution
+from solforge.harness.trace import (
+    Correctness,
+    Environment,
+    Evaluation,
+    Performance,
+    Status,
+    Trace,
+    append_traces,
+    read_traces,
+)
+from solforge.problem import load_problem
+from solforge.problem.inputs import pack_fp4
+from solforge.problem.workload import Tolerance
+
+SMALL = PROBLEMS / "rmsnorm_small"
+RMSNORM = ("import torch\n\ndef run(hidden_states, norm_weight, eps):\n"
+           "    x = hidden_states.float()\n"
+           "    y = (x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)).bfloat16()\n"
+           "    return norm_weight * y\n")
+
+
+def _solution(source: str, dps: bool = False, language: str = "pytorch",
+              path: str = "kernel.py") -> dict:
+    return {"name": "test", "definition": "rmsnorm_small", "author": "tests",
+            "spec": {"languages": [language], "entry_point": f"{path}::run",
+                     "destination_passing_style": dps, "compile_options": {"ld_flags": []}},
+            "sources": [{"path": path, "content": source}]}
+
+
+def _cpu_config(tmp_path: Path, **overrides) -> EvalConfig:
+    return replace(EvalConfig(device="cpu", baseline="eager", secret=99, smallest=1,
+                              limits=short_limits(), cache_dir=tmp_path), **overrides)
+
+
+# -- solutions ---------------------------------------------------------------------------------
+
+def test_solution_json_defaults_to_destination_passing():
+    data = _solution("def run(x, out): pass")
+    del data["spec"]["destination_passing_style"]
+    solution = parse_solution(data)
+    assert solution.destination_passing_style
+    assert solution.entry_point == "kernel.py::run"
+    assert not solution.is_cpp
+
+
+def test_solution_accepts_single_language_field():
+    data = _solution("", language="cuda_cpp", path="kernel.cu")
+    data["spec"]["language"] = data["spec"].pop("languages")[0]
+    assert parse_solution(data).is_cpp
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../escape.py", "a/../../b.py"])
+def test_solution_rejects_paths_outside_its_folder(path):
+    with pytest.raises(SolutionError, match="relative path"):
+        parse_solution(_solution("", path=path))
+
+
+def test_solution_rejects_mixed_languages_and_unknown_entry():
+    data = _solution("")
+    data["spec"]["languages"] = ["triton", "cuda_cpp"]
+    with pytest.raises(SolutionError, match="cannot mix"):
+        parse_solution(data)
+    data = _solution("")
+    data["spec"]["entry_point"] = "other.py::run"
+    with pytest.raises(SolutionError, match="not one of the sources"):
+        parse_solution(data)
+
+
+def test_python_file_solution_returns_its_outputs(tmp_path):
+    file = tmp_path / "mine.py"
+    file.write_text("import triton\n\ndef run(x):\n    return x\n")
+    solution = load_solution(file, "rmsnorm_small")
+    assert not solution.destination_passing_style
+    assert solution.languages == ("triton",)
+    assert solution.name == "mine" and solution.definition == "rmsnorm_small"
+
+
+def test_preload_covers_torch_compile():
+    assert parse_solution(_solution("f = torch.compile(g)")).preload_modules() == (
+        "torch._dynamo",)
+    assert parse_solution(_solution("y = x + 1")).preload_modules() == ()
+
+
+# -- traces ------------------------------------------------------------------------------------
+
+def _evaluation(**fields) -> Evaluation:
+    return Evaluation(environment=Environment("CPU_x86_64", {"torch": "2"}),
+                      timestamp="2026-01-01T00:00:00+00:00", **fields)
+
+
+def test_trace_round_trip_through_jsonl(tmp_path):
+    evaluation = _evaluation(status=Status.PASSED, correctness=Correctness(0.1, 0.2),
+                             performance=Performance(1.0, 2.0, 2.0), t_sol_ms=0.5,
+                             sol_score=0.75, notes=("a note",))
+    trace = Trace("d", "s", {"uuid": "w", "axes": {}, "inputs": {}}, evaluation)
+    path = tmp_path / "traces.jsonl"
+    append_traces(path, [trace])
+    append_traces(path, [trace])
+    loaded = read_traces(path)
+    assert len(loaded) == 2 and loaded[0] == trace
+    line = json.loads(path.read_text().splitlines()[0])
+    assert line["evaluation"]["status"] == "PASSED"
+    assert line["evaluation"]["performance"]["speedup_factor"] == 2.0
+
+
+def test_trace_follows_the_nullable_rule():
+    with pytest.raises(ValueError):
+        _evaluation(status=Status.RUNTIME_ERROR, performance=Performance(1, 1, 1))
+    with pytest.raises(ValueError):
+        _evaluation(status=Status.INCORRECT_NUMERICAL)
+    with pytest.raises(ValueError):
+        _evaluation(status=Status.PASSED, correctness=Correctness())
+
+
+def test_trace_json_has_no_nan():
+    evaluation = _evaluation(status=Status.INCORRECT_NUMERICAL,
+                             correctness=Correctness(math.nan, math.inf, has_nan=True))
+    text = json.dumps(Trace("d", "s", {}, evaluation).to_dict(), allow_nan=False)
+    assert '"max_relative_error": null' in text
+
+
+# -- channel -----------------------------------------------------------------------------------
+
+def _pipe(key: bytes = b"k" * 32) -> tuple[FrameWriter, FrameReader]:
+    read_fd, write_fd = os.pipe()
+    return FrameWriter(write_fd, key), FrameReader(read_fd, key)
+
+
+def test_channel_carries_tensors_bit_exactly():
+    writer, reader = _pipe()
+    values = [torch.randn(3, 5).bfloat16(), torch.randn(4).to(torch.float8_e4m3fn),
+              pack_fp4(torch.randn(2, 8)), torch.tensor(True), torch.randn(2, 3).t(), 1.5]
+    writer.send("round", {"workload": "w"}, values)
+    frame = reader.receive(time.monotonic() + 5)
+    assert frame.kind == "round" and frame.meta == {"workload": "w"}
+    for sent, got in zip(values[:-1], frame.values[:-1]):
+        assert got.dtype == sent.dtype and got.shape == sent.shape
+        assert torch.equal(got.view(torch.uint8), sent.contiguous().view(torch.uint8))
+    assert frame.values[-1] == 1.5
+
+
+def test_channel_rejects_frames_without_the_key():
+    read_fd, write_fd = os.pipe()
+    FrameWriter(write_fd, b"wrong key").send("timing", {"median_ms": 1e-6})
+    with pytest.raises(ChannelForged, match="authentication"):
+        FrameReader(read_fd, b"right key").receive(time.monotonic() + 5)
+
+
+def test_channel_rejects_a_replayed_frame():
+    writer, reader = _pipe()
+    writer.send("ready")
+    writer.sequence = 0  # the same frame again, as a replay would write it
+    writer.send("ready")
+    reader.receive(time.monotonic() + 5)
+    with pytest.raises(ChannelForged):
+        reader.receive(time.monotonic() + 5)
+
+
+def test_channel_rejects_garbage_and_oversized_claims():
+    writer, reader = _pipe()
+    os.write(writer.fd, b"PASSED 0.001 ms\n" + bytes(40))
+    with pytest.raises(ChannelForged, match="magic"):
+        reader.receive(time.monotonic() + 5)
+    writer, reader = _pipe()
+    reader.max_payload = 16
+    writer.send("round", {}, [torch.zeros(100)])
+    with pytest.raises(ChannelForged, match="beyond"):
+        reader.receive(time.monotonic() + 5)
+
+
+def test_channel_reports_end_of_file_and_timeouts():
+    writer, reader = _pipe()
+    with pytest.raises(ChannelTimeout):
+        reader.receive(time.monotonic() + 0.3)
+    os.write(writer.fd, b"SFv1")
+    os.close(writer.fd)
+    with pytest.raises(ChannelClosed, match="middle"):
+        reader.receive(time.monotonic() + 5)
+
+
+# -- comparison --------------------------------------------------------------------------------
+
+def _compare(out, ref, tolerance: Tolerance | None = None):
+    problem = load_problem(SMALL)
+    shapes = {"output": tuple(ref.shape)}
+    return compare_outputs([out], [ref], problem.definition, shapes, tolerance or Tolerance())
+
+
+def test_compare_passes_within_tolerance_and_reports_errors():
+    ref = torch.randn(4, 256).bfloat16()
+    verdict = _compare((ref.float() * 1.005).bfloat16(), ref)
+    assert verdict.status is Status.PASSED
+    assert 0 < verdict.correctness.max_absolute_error < 0.05
+    assert verdict.correctness.matched_ratio == 1.0
+
+
+def test_compare_fails_nan_inf_and_zeros():
+    ref = torch.randn(4, 256).bfloat16()
+    nan = ref.clone()
+    nan[1, 2] = math.nan
+    assert _compare(nan, ref).correctness.has_nan
+    inf = ref.clone()
+    inf[0, 0] = math.inf
+    assert _compare(inf, ref).correctness.has_inf
+    zeros = _compare(torch.zeros_like(ref), ref)
+    assert zeros.status is Status.INCORRECT_NUMERICAL and "all zeros" in zeros.message
+
+
+def test_compare_matched_ratio_and_error_cap():
+    ref = torch.ones(4, 256).bfloat16()
+    out = ref.clone()
+    out[0, :5] = 2.0  # 5 of 1024 elements off: 99.5% matched
+    assert _compare(out, ref).status is Status.PASSED
+    capped = Tolerance(max_error_cap=0.5)
+    assert _compare(out, ref, capped).status is Status.INCORRECT_NUMERICAL
+    strict = Tolerance(required_matched_ratio=1.0)
+    assert _compare(out, ref, strict).status is Status.INCORRECT_NUMERICAL
+
+
+def test_compare_negative_infinity_only_when_allowed():
+    ref = torch.randn(4, 256).bfloat16()
+    ref[0, 0] = -math.inf
+    out = ref.clone()
+    assert _compare(out, ref).status is Status.INVALID_REFERENCE
+    assert _compare(out, ref, Tolerance(allow_negative_inf=True)).status is Status.PASSED
+
+
+def test_compare_checks_shape_and_dtype():
+    ref = torch.randn(4, 256).bfloat16()
+    assert _compare(ref.float(), ref).status is Status.INCORRECT_DTYPE
+    assert _compare(ref[:2], ref).status is Status.INCORRECT_SHAPE
+
+
+# -- seeds, logs, guards, speed of light ------------------------------------------------------
+
+def test_seeds_depend_on_secret_phase_and_index():
+    plan = SeedPlan(secret=1)
+    seeds = {plan.seed("w", ROUND, 0), plan.seed("w", ROUND, 1), plan.seed("w", CALL, 0),
+             SeedPlan(secret=2).seed("w", ROUND, 0), plan.seed("v", ROUND, 0)}
+    assert len(seeds) == 5
+    assert plan.seed("w", ROUND, 0) == SeedPlan(secret=1).seed("w", ROUND, 0)
+
+
+def test_output_log_keeps_head_and_tail_of_a_flood():
+    process = subprocess.Popen([sys.executable, "-c", "print('first'); print('x' * 3000000); "
+                                                      "print('last')"], stdout=subprocess.PIPE)
+    log = OutputLog(process.stdout, keep_bytes=1000)
+    process.wait()
+    log.wait(5)
+    text = log.text()
+    assert log.total_bytes > 3_000_000
+    assert text.startswith("first") and text.rstrip().endswith("last")
+    assert "dropped" in text and len(text) < 3000
+
+
+def test_identity_snapshot_sees_a_replaced_function():
+    snapshot = IdentitySnapshot(["time"])
+    original = time.perf_counter
+    try:
+        time.perf_counter = lambda: 0.0
+        assert "time.perf_counter" in snapshot.changed()
+    finally:
+        time.perf_counter = original
+    assert snapshot.changed() == []
+
+
+def test_live_children_finds_a_running_subprocess():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in live_children()
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid not in live_children()
+
+
+def test_floor_and_score():
+    sol = SpeedOfLight(t_sol_ms=1.0, floor_ms=0.8, bound="memory", hardware="H200")
+    assert below_floor(0.5, sol) is not None and below_floor(0.9, sol) is None
+    assert score(1.0 + 1.0, 3.0, sol) == (pytest.approx(2 / 3), None)
+    value, note = score(0.9, 3.0, sol)  # possible (above the floor) but faster than T_SOL
+    assert value is None and "speed-of-light" in note
+    assert score(2.0, None, sol) == (None, "no baseline time")
+
+
+# -- end to end on the CPU ---------------------------------------------------------------------
+
+def test_cpu_selects_the_smallest_workloads():
+    problem = load_problem(SMALL)
+    config = EvalConfig(device="cpu")
+    assert [w.uuid for w in select_workloads(problem, config, torch.device("cpu"))] == [
+        "small-t8", "small-t64"]
+    one = replace(config, smallest=1)
+    assert [w.uuid for w in select_workloads(problem, one, torch.device("cpu"))] == ["small-t8"]
+    named = replace(config, workloads=("small-t64",))
+    assert [w.uuid for w in select_workloads(problem, named, torch.device("cpu"))] == [
+        "small-t64"]
+
+
+BROKEN_REFERENCE = RMSNORM.replace("return norm_weight * y", "return norm_weight * y * math.nan")
+DPS_RMSNORM = RMSNORM.replace("eps):", "eps, output):").replace("return norm_weight * y",
+                                                                 "output.copy_(norm_weight * y)")
+VERDICTS = {  # name: (solution source, expected status, a phrase of the verdict)
+    "syntax_error": ("def run(hidden_states, norm_weight, eps:\n", Status.COMPILE_ERROR,
+                     "SyntaxError"),
+    "no_entry_point": ("def other():\n    pass\n", Status.COMPILE_ERROR, "no callable 'run'"),
+    "wrong_shape": ("def run(hidden_states, norm_weight, eps):\n    return hidden_states[:1]\n",
+                    Status.INCORRECT_SHAPE, "shape"),
+    "wrong_dtype": ("def run(hidden_states, norm_weight, eps):\n"
+                    "    return hidden_states.float()\n", Status.INCORRECT_DTYPE, "dtype"),
+    "raises": ("def run(hidden_states, norm_weight, eps):\n    raise ValueError('broken kernel')\n",
+               Status.RUNTIME_ERROR, "broken kernel"),
+    "broken_reference": (RMSNORM, Status.INVALID_REFERENCE, "NaN"),
+}
+
+
+def _broken_problem(folder: Path) -> Path:
+    folder.mkdir()
+    definition = json.loads((SMALL / "definition.json").read_text())
+    definition["reference"] = "import math\n" + BROKEN_REFERENCE
+    (folder / "definition.json").write_text(json.dumps(definition))
+    (folder / "workload.jsonl").write_text((SMALL / "workload.jsonl").read_text())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory):
+    """Every end-to-end case, evaluated a few at a time (each is a worker process)."""
+    cache = tmp_path_factory.mktemp("cache")
+    broken = _broken_problem(tmp_path_factory.mktemp("problems") / "broken")
+
+    def run_case(name: str) -> list[Trace]:
+        problem = load_problem(broken if name == "broken_reference" else SMALL)
+        return evaluate(problem, parse_solution(_solution(VERDICTS[name][0])),
+                        _cpu_config(cache))
+
+    def run_twice() -> list[Trace]:  # the second run finds T_b in the cache
+        solution = parse_solution(_solution(DPS_RMSNORM, dps=True))
+        problem = load_problem(SMALL)
+        return evaluate(problem, solution, _cpu_config(cache)) + evaluate(
+            problem, solution, _cpu_config(cache))
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        cases = {name: pool.submit(run_case, name) for name in VERDICTS}
+        cases["destination_passing"] = pool.submit(run_twice)
+        return {name: future.result() for name, future in cases.items()}
+
+
+@pytest.mark.parametrize("name", list(VERDICTS))
+def test_verdicts_that_are_not_hacks(verdicts, name):
+    _, status, phrase = VERDICTS[name]
+    traces = verdicts[name]
+    assert [t.status for t in traces] == [status]
+    assert phrase in traces[0].evaluation.log
+
+
+def test_destination_passing_solution_passes_and_baseline_is_cached(verdicts):
+    first, second = verdicts["destination_passing"]
+    assert [first.status, second.status] == [Status.PASSED] * 2
+    assert not first.evaluation.baseline.cached
+    assert second.evaluation.baseline.cached
+    evaluation = first.evaluation
+    assert evaluation.timing.device == "cpu" and evaluation.timing.iterations == 10
+    assert len(evaluation.timing.verified_iterations) == 3
+    assert evaluation.sol_score is None and "CPU timing" in evaluation.notes[0]
+    assert evaluation.t_sol_ms > 0 and evaluation.sol_bound == "memory"
+    assert evaluation.performance.reference_latency_ms == evaluation.baseline.latency_ms
+
+
+def test_cpp_compile_error_carries_the_compiler_message(tmp_path):
+    source = "int run(int x) { return x }\n"  # missing semicolon
+    solution = parse_solution(_solution(source, language="cpp", path="kernel.cpp"))
+    traces = evaluate(load_problem(SMALL), solution, _cpu_config(tmp_path))
+    assert [t.status for t in traces] == [Status.COMPILE_ERROR]
+    assert "error" in traces[0].evaluation.log
+
+
+@pytest.mark.skipif(not __import__("shutil").which("nvcc"), reason="needs nvcc")
+@pytest.mark.parametrize(("source", "status", "phrase"), [
+    ("__global__ void add_one(float* x) { x[threadIdx.x] += 1.0f; }\n", Status.RUNTIME_ERROR,
+     "compile-only check passed"),
+    ("__global__ void add_one(float* x) { x[threadIdx.x] += 1.0f }\n", Status.COMPILE_ERROR,
+     "nvcc"),
+])
+def test_cuda_solution_on_a_cpu_machine_is_compiled_only(tmp_path, source, status, phrase):
+    solution = parse_solution(_solution(source, language="cuda_cpp", path="kernel.cu"))
+    traces = evaluate(load_problem(SMALL), solution, _cpu_config(tmp_path))
+    assert [t.status for t in traces] == [status]
+    assert phrase in traces[0].evaluation.log
+
+
+def test_cli_eval_json_and_output_file(tmp_path):
+    output = tmp_path / "traces.jsonl"
+    solution = HONEST / "pytorch_rmsnorm" / "solution.py"
+    result = CliRunner().invoke(app, ["eval", str(SMALL), str(solution), "--device", "cpu",
+                                      "--baseline", "eager", "--smallest", "1", "--json",
+                                      "-o", str(output)],
+                                env={"SOLFORGE_CACHE": str(tmp_path)})
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [line["evaluation"]["status"] for line in lines] == ["PASSED"]
+    assert read_traces(output)[0].evaluation.timing.method == "cpu"
