@@ -172,7 +172,8 @@ def _ncu_kernel_time(name: str) -> dict:
 def _ncu_durations_ms(text: str) -> list[float]:
     """gpu__time_duration.sum of every profiled kernel, in ms, from ncu's CSV."""
     lines = text[text.find('"ID"'):] if '"ID"' in text else ""
-    scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+    scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3,
+             "ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
     durations = []
     for row in csv.DictReader(io.StringIO(lines)):
         if row.get("Metric Name") == "gpu__time_duration.sum":
@@ -285,7 +286,7 @@ if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "--probe":
         probe(sys.argv[2])
     elif len(sys.argv) >= 2:
-        main(Path(sys.argv[1]), sys.argv[2:] or list(PARTS))
+        main(Path(sys.argv[1]).resolve(), sys.argv[2:] or list(PARTS))
     else:
         sys.exit(__doc__)
 

@@ -9,7 +9,9 @@ They catch what a candidate does to the process it shares with the harness:
   entries and the trace/profile hooks;
 - background threads: a Python thread the candidate started that is still alive (compared by
   identity, not by count), and native threads beyond those alive after the first call (JIT
-  compilers and OpenMP pools start theirs then);
+  compilers and OpenMP pools start theirs then). Threads that library code starts (torch.compile's
+  compile pool, Triton's compiler) are told apart by who called `Thread.start`: the harness wraps
+  it before the candidate is imported, and the wrapper is among the watched identities;
 - forked processes: an `os.fork` (a copy of the candidate computing outside the timed window) is
   flagged through `os.register_at_fork`; any child process still alive after a call is flagged
   too. Short-lived subprocesses that have exited (a compiler Triton runs) are fine. The worker is
@@ -24,8 +26,10 @@ import ctypes
 import importlib
 import os
 import sys
+import sysconfig
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +45,9 @@ WATCHED_MODULES = (
     "solforge.problem.outputs",
 )
 _PR_SET_CHILD_SUBREAPER = 36
+# Threads started from these packages belong to the libraries, not to the candidate.
+LIBRARY_PACKAGES = ("torch", "triton")
+_STDLIB = sysconfig.get_paths()["stdlib"]
 
 
 @dataclass(frozen=True)
@@ -148,12 +155,43 @@ def native_thread_count() -> int:
         return threading.active_count()
 
 
+class ThreadOrigins:
+    """Remembers which threads library code started, by wrapping `threading.Thread.start`."""
+
+    def __init__(self) -> None:
+        self.library: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+        self.starter: weakref.WeakKeyDictionary[threading.Thread, str] = (
+            weakref.WeakKeyDictionary())
+        original = threading.Thread.start
+        origins = self
+
+        def start(thread: threading.Thread) -> None:
+            module = _starting_module(sys._getframe(1))
+            origins.starter[thread] = module
+            if module.split(".", 1)[0] in LIBRARY_PACKAGES:
+                origins.library.add(thread)
+            original(thread)
+
+        threading.Thread.start = start
+
+
+def _starting_module(frame) -> str:
+    """The first caller outside the standard library (threading, concurrent.futures, subprocess
+    and multiprocessing are the machinery between whoever wanted a thread and `Thread.start`)."""
+    while frame is not None:
+        if not frame.f_code.co_filename.startswith(_STDLIB):
+            return frame.f_globals.get("__name__", "?")
+        frame = frame.f_back
+    return "?"
+
+
 class Guards:
     """Everything a call must leave as it found it. Built before the candidate is imported."""
 
     def __init__(self, device: torch.device) -> None:
         become_subreaper()
         self.device = device
+        self.thread_origins = ThreadOrigins()  # before the snapshot: its wrapper is watched too
         self.identities = IdentitySnapshot()
         self._changed = self.identities.changed  # bound now: patching the class later is seen
         self.forks = ForkCounter()
@@ -184,9 +222,11 @@ class Guards:
 
     def _thread_violations(self) -> list[Violation]:
         found = []
-        extra = [t for t in threading.enumerate() if t not in self.python_threads and t.is_alive()]
+        extra = [t for t in threading.enumerate() if t not in self.python_threads
+                 and t not in self.thread_origins.library and t.is_alive()]
         if extra:
-            names = ", ".join(t.name for t in extra[:5])
+            starters = self.thread_origins.starter
+            names = ", ".join(f"{t.name} from {starters.get(t, '?')}" for t in extra[:5])
             found.append(Violation(f"left {len(extra)} background Python thread(s) running "
                                    f"({names})"))
         native = native_thread_count()

@@ -30,6 +30,7 @@ the harness's thread checks cover that.
 from __future__ import annotations
 
 import math
+import re
 import secrets
 import time
 from bisect import bisect_left, bisect_right
@@ -38,11 +39,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.autograd import DeviceType
 
 from solforge.errors import SolforgeError
 from solforge.harness.clocks import ClockSampler, clock_reader
 
 METHODS = ("kernel", "events", "graph", "cpu")
+_RUNTIME_NAME = re.compile(r"^(cuda|cu)[A-Z]")  # cudaLaunchKernel, cuLaunchKernelEx, ...
+_SYNC_NAME = re.compile(r"Synchroniz|Sync\b|Wait")
 DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")  # the profiler's names for device work
 # Host records of torch ops. Runtime-API records (cudaLaunchKernel) are left out: their
 # correlation ids are CUPTI's, another numbering than the op ids device records link to.
@@ -248,7 +252,7 @@ def _time_kernels(run: Callable[[int], None], before: Callable[[int], None], ite
             _sample_clocks(sampler, i, warmup, iterations)
     events = prof.profiler.kineto_results.events()
     spans = [DeviceSpan(e.start_ns(), e.end_ns(), e.linked_correlation_id())
-             for e in events if e.activity_type() in DEVICE_WORK]
+             for e in events if activity_of(e) in DEVICE_WORK]
     markers = host_ids_in_ranges(events, flush_range)
     if len(markers) != total:
         raise TimingError(f"the profiler recorded {len(markers)} flush ranges for {total} "
@@ -259,17 +263,45 @@ def _time_kernels(run: Callable[[int], None], before: Callable[[int], None], ite
     return times, sum(len(group) for group in groups) / len(groups)
 
 
+def activity_of(event) -> str:
+    """The kind of a profiler record, in Kineto's names ("kernel", "gpu_memcpy", "cpu_op", ...).
+
+    PyTorch from 2.12 tells it (`activity_type`); older builds (2.11 on the GPU machine) do not,
+    so the kind is read from the device type and the name: device records are kernels, memcpys
+    or memsets (sync and wait records, and record_function ranges drawn on the device timeline,
+    are not work); host records are runtime-API calls
+    (cudaLaunchKernel, cuLaunchKernel: CUPTI's own correlation numbering) or torch ops and
+    annotations.
+    """
+    if hasattr(event, "activity_type"):
+        return event.activity_type()
+    name = event.name()
+    is_annotation = getattr(event, "is_user_annotation", None)
+    annotated = name.startswith("solforge.") or (is_annotation is not None and is_annotation())
+    if event.device_type() != DeviceType.CPU:
+        if annotated:  # a record_function range drawn on the device timeline: not work
+            return "gpu_user_annotation"
+        if name.startswith("Memcpy"):
+            return "gpu_memcpy"
+        if name.startswith("Memset"):
+            return "gpu_memset"
+        return "cuda_sync" if _SYNC_NAME.search(name) else "kernel"
+    if _RUNTIME_NAME.match(name):
+        return "cuda_runtime"
+    return "user_annotation" if annotated else "cpu_op"
+
+
 def host_ids_in_ranges(events: Sequence, range_name: str) -> list[set[int]]:
     """For each profiler range named `range_name` (in time order): the correlation ids of the
     host ops that ran inside it on the range's own thread, the range itself included."""
     ranges = sorted((e for e in events
-                     if e.activity_type() == "user_annotation" and e.name() == range_name),
+                     if activity_of(e) == "user_annotation" and e.name() == range_name),
                     key=lambda e: e.start_ns())
     if not ranges:
         return []
     thread = ranges[0].start_thread_id()
     host_ops = sorted((e for e in events
-                       if e.activity_type() in TORCH_OPS and e.start_thread_id() == thread),
+                       if activity_of(e) in TORCH_OPS and e.start_thread_id() == thread),
                       key=lambda e: e.start_ns())
     starts = [op.start_ns() for op in host_ops]
     found = []
