@@ -423,3 +423,25 @@ def test_every_op_family_is_costed(make_problem, family):
     assert result.unknown_ops == ()
     assert result.bytes_unfused > 0
     assert sum(result.flops.values()) > 0
+
+
+WINDOW_REFERENCE = """import torch
+import torch.nn.functional as F
+
+def run(q, k, v):
+    positions = torch.arange(q.shape[-2], device=q.device)
+    query, key = positions[:, None], positions[None, :]
+    keep = (key <= query) & (key > query - 8)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+"""
+
+
+def test_sliding_window_mask_counts_only_the_kept_pairs(make_problem):
+    s, d, window = 64, 32, 8
+    spec = definition("window", {"S": None, "H": 2, "D": d},
+                      {"q": [["H", "S", "D"], "float16"], "k": [["H", "S", "D"], "float16"],
+                       "v": [["H", "S", "D"], "float16"]},
+                      {"o": [["H", "S", "D"], "float16"]}, WINDOW_REFERENCE)
+    result, _ = analyze(make_problem, spec, {"S": s})
+    kept = sum(min(i + 1, window) for i in range(s))  # query i sees keys i-7 .. i
+    assert result.flops["tensor.fp16"] == pytest.approx(2 * 2 * kept * (d + d))

@@ -112,9 +112,10 @@ def random_tensor(name: str, shape: tuple[int, ...], dtype: DType, device: torch
 def pack_fp4(values: torch.Tensor) -> torch.Tensor:
     """Round float32 values to the nearest e2m1 number and pack two per byte (low nibble first)."""
     storage_shape(tuple(values.shape), DTYPES["float4_e2m1fn_x2"])  # last dimension even?
-    grid = _E2M1_GRID.to(values.device)
+    midpoints = ((_E2M1_GRID[1:] + _E2M1_GRID[:-1]) / 2).to(values.device)
     magnitude = values.abs().clamp_(max=6.0)
-    codes = (magnitude.unsqueeze(-1) - grid).abs().argmin(dim=-1).to(torch.uint8)
+    # index of the nearest grid value; a tie (a midpoint) goes to the larger one
+    codes = torch.bucketize(magnitude, midpoints, right=True).to(torch.uint8)
     codes |= (values < 0).to(torch.uint8) << 3
     packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
     return packed.view(torch.float4_e2m1fn_x2)

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 
 from solforge.errors import AnalysisError
@@ -49,6 +49,10 @@ aten = torch.ops.aten
 # Values are kept for tensors up to this many elements (integers: more, they are indices).
 FLOAT_VALUE_LIMIT = 1 << 16
 INT_VALUE_LIMIT = 1 << 24
+# Custom inputs (page tables, position caches) are generated for real up to this many elements.
+CUSTOM_VALUE_LIMIT = 1 << 26
+# Boolean masks (attention windows up to 8192 x 8192) keep their values up to this size.
+MASK_VALUE_LIMIT = 1 << 26
 # A value-dependent op may draw random values for an input up to this many elements.
 DRAW_LIMIT = 1 << 25
 
@@ -140,7 +144,7 @@ def _small_custom_inputs(problem: Problem, workload: Workload, seed: int,
     axes = problem.axes(workload)
     wanted = [n for n, s in workload.inputs.items() if s.kind == "custom"]
     elements = sum(math.prod(tensor_shape(problem.definition.inputs[n], axes)) for n in wanted)
-    if not wanted or elements > INT_VALUE_LIMIT:
+    if not wanted or elements > CUSTOM_VALUE_LIMIT:
         if wanted:
             tracer.notes.append(f"custom inputs {wanted} too large to generate: traced as shapes")
         return {}
@@ -306,7 +310,9 @@ class _Tracer:
         if not fake_outs:
             return
         known = all(id(t) in self._values for t in tensors)
-        small = sum(t.numel() for t in fake_outs) <= INT_VALUE_LIMIT
+        masks = all(t.dtype == torch.bool for t in fake_outs)
+        limit = MASK_VALUE_LIMIT if masks else INT_VALUE_LIMIT
+        small = sum(t.numel() for t in fake_outs) <= limit
         if known and small:
             real_args = tree_map(lambda t: self._values[id(t)] if isinstance(t, torch.Tensor)
                                  else t, (args, kwargs))
@@ -442,9 +448,14 @@ class _Tracer:
         kept = 1.0
         if isinstance(mask, torch.Tensor):
             values = self.value(mask, draw=False, reason="attention mask")
-            kept = _mask_kept_fraction(values) if values is not None else 1.0
-        with self.quieted():
-            out = func(*args, **kwargs)
+            if values is None:
+                self.notes.append(f"attention mask {list(mask.shape)} has no known values: "
+                                  "costed as full attention")
+            else:
+                with _disable_current_modes():
+                    kept = _mask_kept_fraction(values)
+        with self.quieted():  # the output's shape only: running attention on fakes is slow
+            out = torch.empty((*query.shape[:-1], value.shape[-1]), dtype=query.dtype)
         self._remember(out, out.dtype)
         for tensor in (query, key, value):
             name = self.source_of(tensor)
