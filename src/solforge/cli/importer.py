@@ -13,7 +13,9 @@ import typer
 from rich.console import Console
 
 from solforge.cli.app import app
+from solforge.problem.datasets import ImportReport, import_flashinfer_trace, import_sol_execbench
 from solforge.problem.kernelbench import import_kernelbench_dir, import_kernelbench_file
+from solforge.problem.suite import TIERS
 
 import_app = typer.Typer(name="import", help="Import problems from other formats.",
                          no_args_is_help=True)
@@ -49,4 +51,62 @@ def kernelbench(
     console.print(f"{len(results) - failed} of {len(results)} files imported into {out}",
                   highlight=False)
     if failed:
+        raise typer.Exit(1)
+
+
+BlobRoots = Annotated[list[Path] | None, typer.Option(
+    "--blob-root", help="A folder that relative safetensors paths resolve against (repeatable), "
+                        "e.g. a flashinfer-trace checkout for SOL-ExecBench's FlashInfer-Bench "
+                        "problems.")]
+ReferenceBlobs = Annotated[bool, typer.Option(
+    "--reference-blobs", help="Point at the source safetensors files by a relative path "
+                              "instead of copying them into each problem folder.")]
+
+
+@import_app.command("sol-execbench")
+def sol_execbench(
+    path: Annotated[Path, typer.Argument(
+        exists=True, help="Rows of nvidia/SOL-ExecBench (.jsonl, .json, or .parquet with "
+                          "pyarrow), or problem folders (definition.json + workload.jsonl); "
+                          "folders are searched recursively.")],
+    out: Annotated[Path, typer.Option("--out", "-o",
+                                      help="Folder to write <tier>/<name>/ problems into.")],
+    tier: Annotated[str | None, typer.Option(
+        help=f"Tier for every problem ({', '.join(TIERS)}); default: the config named in the "
+             "path (L1, L2, Quant, FlashInfer-Bench).")] = None,
+    blob_root: BlobRoots = None,
+    reference_blobs: ReferenceBlobs = False,
+) -> None:
+    """Turn SOL-ExecBench problems into solforge problem folders."""
+    if tier is not None and tier not in TIERS:
+        raise typer.BadParameter(f"{tier!r} is not one of {', '.join(TIERS)}", param_hint="--tier")
+    report = import_sol_execbench(path, out, tier=tier, blob_roots=blob_root or [],
+                                  copy_blobs=not reference_blobs)
+    _print_report(report, out)
+
+
+@import_app.command("flashinfer-trace")
+def flashinfer_trace(
+    path: Annotated[Path, typer.Argument(
+        exists=True, help="A flashinfer-trace dataset (definitions/ + workloads/ + blob/), or "
+                          "problem folders (definition.json + workload.jsonl).")],
+    out: Annotated[Path, typer.Option("--out", "-o",
+                                      help="Folder to write fib/<name>/ problems into.")],
+    blob_root: BlobRoots = None,
+    reference_blobs: ReferenceBlobs = False,
+) -> None:
+    """Turn flashinfer-trace definitions and workloads into solforge problem folders."""
+    report = import_flashinfer_trace(path, out, blob_roots=blob_root or [],
+                                     copy_blobs=not reference_blobs)
+    _print_report(report, out)
+
+
+def _print_report(report: ImportReport, out: Path) -> None:
+    for folder in report.written:
+        console.print(f"[green]ok[/] {folder}", highlight=False)
+    for issue in report.issues:
+        console.print(f"[red]skipped[/] {issue}", highlight=False, soft_wrap=True)
+    console.print(f"{len(report.written)} problems written into {out}; "
+                  f"{len(report.issues)} entries skipped", highlight=False)
+    if report.issues:
         raise typer.Exit(1)

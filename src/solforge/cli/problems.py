@@ -1,0 +1,77 @@
+"""`solforge problems list`: the bundled suite, one row per problem, to find its addresses."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from solforge.cli.app import app
+from solforge.cli.format import console as make_console
+from solforge.errors import ProblemError
+from solforge.problem.problem import load_problem
+from solforge.problem.suite import TIERS, address_of, bundled_problem_dirs
+
+problems_app = typer.Typer(name="problems", help="The bundled problem suite.",
+                           no_args_is_help=True)
+app.add_typer(problems_app, name="problems")
+
+console = make_console()
+SUMMARY_CHARS = 90
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+
+
+@dataclass(frozen=True)
+class ProblemRow:
+    address: str  # tier/name, accepted wherever a problem is
+    op_type: str
+    summary: str  # the description's first sentence, which names the model
+    workloads: int
+    var_axes: tuple[str, ...]
+    error: str | None = None  # why the problem does not load
+
+
+@problems_app.command("list")
+def list_problems(
+    tier: Annotated[str | None, typer.Option(help=f"Only this tier ({', '.join(TIERS)}).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per problem per line.")]
+    = False,
+) -> None:
+    """Address, op type, model, workload count and var axes of every bundled problem."""
+    if tier is not None and tier not in TIERS:
+        raise typer.BadParameter(f"{tier!r} is not one of {', '.join(TIERS)}", param_hint="--tier")
+    rows = [problem_row(folder) for folder in bundled_problem_dirs(tier)]
+    if as_json:
+        for row in rows:
+            print(json.dumps(asdict(row)))
+        return
+    table = Table(title=f"{len(rows)} bundled problems", title_justify="left")
+    for column in ("address", "op_type", "model / description", "workloads", "var axes"):
+        table.add_column(column, justify="right" if column == "workloads" else "left")
+    for row in rows:
+        summary = row.summary if row.error is None else f"[red]does not load:[/] {row.error}"
+        table.add_row(row.address, row.op_type, summary, str(row.workloads),
+                      " ".join(row.var_axes))
+    console.print(table)
+
+
+def problem_row(folder: Path) -> ProblemRow:
+    address = address_of(folder)
+    try:
+        problem = load_problem(folder)
+    except ProblemError as exc:
+        return ProblemRow(address, "?", "", 0, (), error=f"{exc.field}: {exc.reason}")
+    definition = problem.definition
+    return ProblemRow(address, definition.op_type, first_sentence(definition.description or ""),
+                      len(problem.workloads), tuple(definition.var_axes))
+
+
+def first_sentence(text: str, limit: int = SUMMARY_CHARS) -> str:
+    """The text up to its first sentence end, cut to `limit` characters."""
+    sentence = _SENTENCE_END.split(text.strip(), maxsplit=1)[0]
+    return sentence if len(sentence) <= limit else sentence[: limit - 3].rstrip() + "..."

@@ -1,0 +1,109 @@
+"""The whole bundled suite, whatever is in it: every problem checks on the CPU, has real shapes
+beyond its tiny one, and is fully costed by the analysis; and its addresses work on the CLI.
+
+Problems are discovered with `bundled_problem_dirs`, so a problem added to src/solforge/problems/
+is covered without editing this file; each test is parametrized by address, so a failure names
+the problem.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from solforge.cli import app
+from solforge.cli.problems import first_sentence
+from solforge.errors import ProblemError
+from solforge.hardware import load_profile
+from solforge.problem.check import check_problem
+from solforge.problem.suite import address_of, bundled_problem_dirs, open_problem
+from solforge.solar import analyze_workload
+
+ADDRESSES = [address_of(folder) for folder in bundled_problem_dirs()]
+H200 = load_profile("H200")
+
+
+@pytest.mark.parametrize("address", ADDRESSES)
+def test_reference_runs_on_the_cpu(address):
+    report = check_problem(address)
+    assert report.outputs
+
+
+@pytest.mark.parametrize("address", ADDRESSES)
+def test_at_least_four_workloads_beyond_the_tiny_one(address):
+    problem = open_problem(address)
+    tiny = problem.smallest_workload()
+    assert len([w for w in problem.workloads if w.uuid != tiny.uuid]) >= 4
+
+
+@pytest.mark.parametrize("address", ADDRESSES)
+def test_analysis_costs_every_op_of_every_workload(address):
+    problem = open_problem(address)
+    for workload in problem.workloads:
+        analysis = analyze_workload(problem, workload, H200)
+        assert analysis.unknown_ops == (), f"workload {workload.uuid}"
+        assert analysis.t_sol_ms > 0, f"workload {workload.uuid}"
+
+
+def test_workload_uuids_are_unique_across_the_suite():
+    owners: dict[str, list[str]] = {}
+    for address in ADDRESSES:
+        for workload in open_problem(address).workloads:
+            owners.setdefault(workload.uuid, []).append(address)
+    assert {u: a for u, a in owners.items() if len(a) > 1} == {}
+
+
+def list_rows(*options: str) -> list[dict]:
+    result = CliRunner().invoke(app, ["problems", "list", "--json", *options])
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.output.splitlines()]
+
+
+def test_problems_list_has_one_row_per_bundled_problem():
+    rows = list_rows()
+    assert [r["address"] for r in rows] == ADDRESSES
+    for row in rows:
+        problem = open_problem(row["address"])
+        assert row["error"] is None
+        assert row["summary"], f"{row['address']} has no description"
+        assert row["workloads"] == len(problem.workloads)
+        assert row["var_axes"] == problem.definition.var_axes
+        assert row["op_type"] == problem.definition.op_type
+        assert problem.definition.description.startswith(row["summary"].removesuffix("..."))
+
+
+def test_problems_list_filters_by_tier():
+    tier = ADDRESSES[0].split("/")[0]
+    rows = list_rows("--tier", tier)
+    assert rows and all(r["address"].startswith(f"{tier}/") for r in rows)
+    assert CliRunner().invoke(app, ["problems", "list", "--tier", "l9"]).exit_code == 2
+
+
+def test_problems_list_table():
+    result = CliRunner().invoke(app, ["problems", "list"])
+    assert result.exit_code == 0
+    assert f"{len(ADDRESSES)} bundled problems" in result.output
+
+
+def test_first_sentence_is_cut_at_the_sentence_end_and_the_limit():
+    assert first_sentence("RMSNorm of Llama-3.1-8B (eps=1e-5). Applied per token.") == (
+        "RMSNorm of Llama-3.1-8B (eps=1e-5).")
+    assert first_sentence("x" * 200, limit=10) == "xxxxxxx..."
+
+
+def test_check_and_analyze_take_an_address():
+    address = ADDRESSES[0]
+    runner = CliRunner()
+    check = runner.invoke(app, ["check", address])
+    assert check.exit_code == 0 and "ok" in check.output
+    analyze = runner.invoke(app, ["analyze", address, "--json"])
+    assert analyze.exit_code == 0
+    assert len(analyze.output.splitlines()) == len(open_problem(address).workloads)
+
+
+def test_an_unknown_address_says_how_to_find_names():
+    result = CliRunner().invoke(app, ["check", "l1/no_such_problem"])
+    assert isinstance(result.exception, ProblemError)
+    assert "solforge problems list" in str(result.exception)
