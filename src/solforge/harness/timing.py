@@ -102,7 +102,7 @@ def _spread(p10: float, median: float, p90: float) -> float:
 
 
 def l2_flush_buffer(l2_bytes: int, device: torch.device | str | int) -> torch.Tensor:
-    """A buffer of twice `l2_bytes`: writing all of it evicts whatever the L2 held."""
+    """Flush buffers of twice `l2_bytes` each: one written, one read (see `_flush`)."""
     if l2_bytes <= 0:
         raise TimingError(f"L2 size must be positive, got {l2_bytes}")
     return _flush_buffer(2 * l2_bytes, device)
@@ -143,11 +143,20 @@ def _nothing(_: int) -> None:
 
 
 def _flush_buffer(nbytes: int, device: torch.device | str | int) -> torch.Tensor:
-    return torch.empty(max(nbytes // 4, 1), dtype=torch.int32, device=device)
+    """Two rows of `nbytes`: the first is written, the second read, before every iteration."""
+    return torch.zeros((2, max(nbytes // 4, 1)), dtype=torch.int32, device=device)
 
 
 def _flush(buffer: torch.Tensor, i: int) -> None:
-    buffer.fill_(i + 1)  # one write kernel; a new value each time, so no write is a no-op
+    """Evict the L2 and leave it clean.
+
+    Writing the first row evicts whatever the L2 held (a new value each time, so no write is a
+    no-op), but leaves the L2 full of dirty lines, which the timed kernel would then pay to
+    write back. Reading the second row, as large, pushes those write-backs into the flush and
+    leaves only clean lines behind, as Nsight Compute's cache control does.
+    """
+    buffer[0].fill_(i + 1)
+    torch.amax(buffer[1])
 
 
 def _time_cpu(run: Callable[[int], None], before: Callable[[int], None], iterations: int,
