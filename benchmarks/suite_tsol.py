@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 import solforge
-from solforge.cli.format import duration_ms
 from solforge.errors import SolforgeError
+from solforge.format import duration_ms
 from solforge.hardware import load_profile
 from solforge.hardware.profile import HardwareProfile
 from solforge.problem import Problem, Workload

@@ -19,6 +19,9 @@ COMMAND_MODULES = [
     "hardware",
     "eval",
     "problems",
+    "report",
+    "bench",
+    "traces",
 ]
 for _name in COMMAND_MODULES:
     importlib.import_module(f"solforge.cli.{_name}")

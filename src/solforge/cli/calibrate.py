@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from solforge.cli.app import app
-from solforge.cli.format import console as make_console
+from solforge.cli.console import console as make_console
 from solforge.hardware import save_profile
 from solforge.hardware.calibrate import Calibration, Measurement, calibrate
 from solforge.hardware.units import rate_label

@@ -9,8 +9,8 @@ import typer
 from rich.table import Table
 
 from solforge.cli.app import app
-from solforge.cli.format import console as make_console
-from solforge.cli.format import duration_ms
+from solforge.cli.console import console as make_console
+from solforge.format import duration_ms
 from solforge.harness.evaluate import EvalConfig, evaluate
 from solforge.harness.session import Limits
 from solforge.harness.solution import load_solution

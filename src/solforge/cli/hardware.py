@@ -6,7 +6,7 @@ import typer
 from rich.table import Table
 
 from solforge.cli.app import app
-from solforge.cli.format import console as make_console
+from solforge.cli.console import console as make_console
 from solforge.hardware import DATASHEETS, UNITS, HardwareProfile, load_profile
 from solforge.hardware.units import rate_label
 

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from solforge.cli.app import app
-from solforge.cli.format import console as make_console
+from solforge.cli.console import console as make_console
 from solforge.errors import ProblemError
 from solforge.problem.problem import load_problem
 from solforge.problem.suite import TIERS, address_of, bundled_problem_dirs

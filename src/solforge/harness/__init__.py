@@ -11,7 +11,7 @@ speed-of-light floor (sol.py). Guards in the worker (guards.py) catch monkey-pat
 threads and forks; timing.py measures. Results are FlashInfer-Trace records (trace.py).
 """
 
-from solforge.harness.evaluate import EvalConfig, evaluate
+from solforge.harness.evaluate import EvalConfig, evaluate, evaluate_reference
 from solforge.harness.session import Limits
 from solforge.harness.solution import Solution, SolutionError, load_solution, parse_solution
 from solforge.harness.trace import Status, Trace, append_traces, read_traces
@@ -25,6 +25,7 @@ __all__ = [
     "Trace",
     "append_traces",
     "evaluate",
+    "evaluate_reference",
     "load_solution",
     "parse_solution",
     "read_traces",

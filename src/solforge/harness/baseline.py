@@ -62,6 +62,11 @@ def cache_key(problem: Problem, workload: Workload, kind: str,
     return digest, description
 
 
+def reference_solution_name(kind: str) -> str:
+    """The pseudo-solution a baseline's traces are recorded under: `reference:eager`, ..."""
+    return f"reference:{kind}"
+
+
 def choose(baseline: str, times: dict[str, float | None], cached: bool) -> BaselineReport | None:
     """T_b from the measured kinds: the named one, or the faster for "best"."""
     eager, compiled = times.get(REFERENCE_EAGER), times.get(REFERENCE_COMPILE)

@@ -4,7 +4,8 @@ The driver never runs candidate code. It builds the solution (C++ in a separate 
 process), runs the candidate in a worker process that it leads workload by workload (judge.py),
 computes every reference itself and compares; then it holds each passing time to the
 speed-of-light floor, times the reference the same way for T_b (only for the workloads that
-passed), and writes one trace per workload.
+passed), and writes one trace per workload. `evaluate_reference` times the reference alone, as
+the traces of the pseudo-solutions `reference:eager` and `reference:compile`.
 
 Defaults per device: on a GPU 5 correctness rounds, 10 warm-up and 50 timed calls, 8 timed
 outputs re-checked, every workload; on the CPU 3 rounds, 2 + 10 calls, 3 re-checked, the two
@@ -25,7 +26,14 @@ import torch
 from solforge.errors import HardwareError, SolforgeError
 from solforge.hardware.profile import HardwareProfile
 from solforge.harness import protocol
-from solforge.harness.baseline import BASELINES, KINDS, BaselineCache, cache_key, choose
+from solforge.harness.baseline import (
+    BASELINES,
+    KINDS,
+    BaselineCache,
+    cache_key,
+    choose,
+    reference_solution_name,
+)
 from solforge.harness.build import BuildFailure, build_solution
 from solforge.harness.environment import environment
 from solforge.harness.judge import Plan, WorkloadResult
@@ -98,13 +106,41 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig = EvalConf
     results = {uuid: run.hold_to_floor(result, sols[uuid])
                for uuid, result in _reject_forged_prints(candidate).items()}
     passed = [w for w in run.workloads if results[w.uuid].status is Status.PASSED]
-    baselines = run.baselines(solution, passed, report) if passed else {}
+    baselines = run.baselines(passed, report) if passed else {}
     traces = []
     for workload in run.workloads:
         evaluation = run.evaluation(results[workload.uuid], sols[workload.uuid],
                                     baselines.get(workload.uuid), candidate.log)
         report(f"{workload.uuid[:8]} {evaluation.status.value}")
         traces.append(Trace(problem.name, solution.name, workload.to_dict(), evaluation))
+    return traces
+
+
+def evaluate_reference(problem: Problem, kind: str, config: EvalConfig = EvalConfig(),
+                       progress: Progress | None = None) -> list[Trace]:
+    """The reference itself, timed as baseline `kind` ("eager" or "compile") exactly as
+    `evaluate` times T_b: one trace per selected workload, from the pseudo-solution
+    `reference:<kind>`. Every passing time goes into the baseline cache, so solutions evaluated
+    afterwards with the same configuration reuse it. Each trace is scored against the eager
+    time (timed here, or cached for "compile"): the S of torch.compile over eager PyTorch."""
+    if kind not in KINDS["best"]:
+        raise SolforgeError(f"unknown reference kind {kind!r} (eager or compile)")
+    report = progress or _silent
+    run = EvaluationRun(problem, config)
+    name = reference_solution_name(kind)
+    report(f"{name}: {len(run.workloads)} workloads on {run.device}")
+    timed = run.time_reference(kind, run.workloads, report)
+    own = {uuid: _median_if_passed(result) for uuid, result in timed.results.items()}
+    eager_kind = protocol.REFERENCE_EAGER
+    eager = own if kind == eager_kind else run.cached_baselines(eager_kind, run.workloads)
+    traces = []
+    for workload in run.workloads:
+        times = {eager_kind: eager[workload.uuid], kind: own[workload.uuid]}
+        baseline = choose(eager_kind, times, cached=kind != eager_kind)
+        sol = speed_of_light(problem, workload, run.profile)
+        evaluation = run.evaluation(timed.results[workload.uuid], sol, baseline, timed.log)
+        report(f"{workload.uuid[:8]} {evaluation.status.value}")
+        traces.append(Trace(problem.name, name, workload.to_dict(), evaluation))
     return traces
 
 
@@ -153,30 +189,41 @@ class EvaluationRun:
             return result
         return replace(result, status=Status.REWARD_HACK, message=evidence, correctness=None)
 
-    def baselines(self, solution: Solution, workloads: list[Workload],
+    def baselines(self, workloads: list[Workload],
                   report: Progress) -> dict[str, BaselineReport | None]:
         """T_b per workload: from the cache, or timed in fresh workers (then cached)."""
-        cache = BaselineCache(self.cache_dir / "baselines.jsonl")
         times: dict[str, dict[str, float | None]] = {w.uuid: {} for w in workloads}
         measured: set[str] = set()
-        plan = replace(self.plan, rounds=BASELINE_ROUNDS, verify=BASELINE_VERIFY)
         for kind in KINDS[self.config.baseline]:
-            keys = {w.uuid: cache_key(self.problem, w, kind, self._cache_context())
-                    for w in workloads}
-            for uuid, (key, _) in keys.items():
-                times[uuid][kind] = cache.get(key) if self.config.reuse_baselines else None
-            missing = [w for w in workloads if times[w.uuid][kind] is None]
-            if not missing:
-                continue
-            report(f"timing the reference ({kind}) on {len(missing)} workloads")
-            run = self.runner.run(kind, solution, None, plan, missing, _silent)
-            for uuid, result in run.results.items():
-                measured.add(uuid)
-                if result.status is Status.PASSED:
-                    times[uuid][kind] = result.timing["median_ms"]
-                    cache.put(*keys[uuid], median_ms=result.timing["median_ms"])
+            cached = self.cached_baselines(kind, workloads) if self.config.reuse_baselines else {}
+            missing = [w for w in workloads if cached.get(w.uuid) is None]
+            results = self.time_reference(kind, missing, report).results if missing else {}
+            measured.update(results)
+            for workload in workloads:
+                result = results.get(workload.uuid)
+                times[workload.uuid][kind] = (_median_if_passed(result) if result
+                                              else cached.get(workload.uuid))
         return {uuid: choose(self.config.baseline, kinds, cached=uuid not in measured)
                 for uuid, kinds in times.items()}
+
+    def time_reference(self, kind: str, workloads: list[Workload], report: Progress) -> RoleRun:
+        """Time the reference as baseline `kind` in a fresh worker; cache every passing time."""
+        report(f"timing the reference ({kind}) on {len(workloads)} workloads")
+        plan = replace(self.plan, rounds=BASELINE_ROUNDS, verify=BASELINE_VERIFY)
+        run = self.runner.run(kind, None, None, plan, workloads, _silent)
+        cache = BaselineCache(self.cache_dir / "baselines.jsonl")
+        for workload in workloads:
+            median_ms = _median_if_passed(run.results[workload.uuid])
+            if median_ms is not None:
+                cache.put(*self._cache_key(workload, kind), median_ms=median_ms)
+        return run
+
+    def cached_baselines(self, kind: str, workloads: list[Workload]) -> dict[str, float | None]:
+        cache = BaselineCache(self.cache_dir / "baselines.jsonl")
+        return {w.uuid: cache.get(self._cache_key(w, kind)[0]) for w in workloads}
+
+    def _cache_key(self, workload: Workload, kind: str) -> tuple[str, dict[str, object]]:
+        return cache_key(self.problem, workload, kind, self._cache_context())
 
     def _cache_context(self) -> dict[str, object]:
         return {"method": self.timing_method, "warmup": self.plan.warmup,
@@ -253,6 +300,10 @@ def _plan(config: EvalConfig, device: torch.device) -> Plan:
                 verify if config.verify is None else config.verify)
 
 
+def _median_if_passed(result: WorkloadResult) -> float | None:
+    return result.timing["median_ms"] if result.status is Status.PASSED else None
+
+
 def _reject_forged_prints(run: RoleRun) -> dict[str, WorkloadResult]:
     """A candidate that printed something shaped like a result record tried to fake one."""
     match = _FORGED_RECORD.search(run.log)
@@ -265,9 +316,13 @@ def _reject_forged_prints(run: RoleRun) -> dict[str, WorkloadResult]:
 
 
 def resolve_device(name: str) -> torch.device:
-    device = torch.device(name)
+    unsupported = SolforgeError(f"unsupported device {name!r} (cuda or cpu)")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise unsupported from None
     if device.type not in ("cuda", "cpu"):
-        raise SolforgeError(f"unsupported device {name!r} (cuda or cpu)")
+        raise unsupported
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SolforgeError("--device cuda: no CUDA device is available (use --device cpu)")
     if device.type == "cuda" and device.index is None:

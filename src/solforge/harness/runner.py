@@ -49,8 +49,9 @@ class Runner:
     max_restarts: int
     workdir: Path  # the workers' working directory when there are no sources
 
-    def run(self, role: str, solution: Solution, build: Build | None, plan: Plan,
+    def run(self, role: str, solution: Solution | None, build: Build | None, plan: Plan,
             workloads: list[Workload], report: Progress) -> RoleRun:
+        """Run `role` over `workloads`; `solution` is the candidate's (None for a baseline)."""
         pending = list(workloads)
         results: dict[str, WorkloadResult] = {}
         logs: list[str] = []
@@ -100,7 +101,7 @@ class Runner:
                 return result
         return None
 
-    def _config(self, role: str, solution: Solution, build: Build | None,
+    def _config(self, role: str, solution: Solution | None, build: Build | None,
                 plan: Plan) -> WorkerConfig:
         candidate = role == protocol.CANDIDATE
         preload = solution.preload_modules() if candidate else ()

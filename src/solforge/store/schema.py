@@ -110,3 +110,51 @@ class TraceRow(Base):
                                                           default=utcnow)
     record: Mapped[dict[str, Any]] = mapped_column()  # the full trace
     run: Mapped[Run | None] = relationship(back_populates="traces")
+
+
+class PromptComponent(Base):
+    """One variant of one slot of the LLM proposer's meta-prompt (optimisation philosophy,
+    strategy library, common pitfalls) and its bandit statistics, shared by every worker.
+    A rewrite by the model is a new row whose `parent_id` is the variant it replaced."""
+
+    __tablename__ = "prompt_components"
+    __table_args__ = (UniqueConstraint("slot", "name"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    slot: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(128))
+    text: Mapped[str] = mapped_column(Text)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("prompt_components.id"))
+    generation: Mapped[int] = mapped_column(default=0)  # rewrites since a built-in variant
+    active: Mapped[bool] = mapped_column(default=True)  # False once rewritten: no longer drawn
+    pulls: Mapped[int] = mapped_column(default=0)  # outcomes of prompts that used it
+    reward_sum: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True),
+                                                          default=utcnow)
+
+
+class LLMCall(Base):
+    """One request to a language model (its retries included): what was asked, what came back,
+    what it cost, and, for a proposal, what became of the kernel it wrote."""
+
+    __tablename__ = "llm_calls"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True),
+                                                          default=utcnow)
+    purpose: Mapped[str] = mapped_column(String(16))  # "propose" or "rewrite"
+    problem: Mapped[str | None] = mapped_column(String(256))
+    model: Mapped[str] = mapped_column(String(256))
+    base_url: Mapped[str] = mapped_column(String(512))
+    prompt_hash: Mapped[str] = mapped_column(String(64))
+    prompt: Mapped[list[Any]] = mapped_column()  # the chat messages sent
+    components: Mapped[list[Any]] = mapped_column(default=list)  # PromptComponent ids used
+    status: Mapped[str] = mapped_column(String(16))  # "ok" or "failed"
+    error: Mapped[str | None] = mapped_column(Text)  # why it failed, after the last attempt
+    attempts: Mapped[int] = mapped_column(default=1)  # HTTP requests made
+    retries: Mapped[list[Any]] = mapped_column(default=list)  # [{attempt, reason, wait_s}]
+    latency_s: Mapped[float | None] = mapped_column(Float)  # the answered request alone
+    prompt_tokens: Mapped[int | None] = mapped_column()  # as the endpoint's usage reports
+    completion_tokens: Mapped[int | None] = mapped_column()
+    response: Mapped[str | None] = mapped_column(Text)
+    parse_error: Mapped[str | None] = mapped_column(Text)  # a response with no usable code
+    solution_name: Mapped[str | None] = mapped_column(String(256))
+    reward: Mapped[float | None] = mapped_column(Float)  # the bandit's reward for the outcome

@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, select
 from sqlalchemy.engine import make_url
@@ -17,7 +17,9 @@ from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from solforge.errors import SolforgeError
-from solforge.problem.problem import Problem
+from solforge.harness.trace import Trace
+from solforge.problem.problem import Problem, load_problem
+from solforge.problem.suite import address_of, bundled_problem_dirs, tier_of
 from solforge.problem.workload import Workload
 from solforge.store.schema import (
     AnalysisRow,
@@ -31,9 +33,41 @@ from solforge.store.schema import (
 
 DEFAULT_URL = "sqlite:///solforge.db"
 
+RowT = TypeVar("RowT", bound=Base)
+
 
 class StoreError(SolforgeError):
     """A database URL that cannot be opened, or a trace file that cannot be read."""
+
+
+def read_trace_records(path: Path) -> list[dict[str, Any]]:
+    """The trace records of a JSONL file, each checked against the trace format."""
+    if not path.is_file():
+        raise StoreError(f"{path}: no such file")
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(Trace.from_dict(json.loads(line)).to_dict())
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{path}:{number}: invalid JSON: {exc.msg}") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise StoreError(f"{path}:{number}: not a trace record: {exc!r}") from None
+    return records
+
+
+def trace_device(evaluation: dict[str, Any]) -> str:
+    """"cuda" or "cpu": the timing's device, else the hardware name (CPUs are `CPU_<arch>`)."""
+    timing = evaluation.get("timing") or {}
+    if timing.get("device"):
+        return timing["device"]
+    return "cpu" if evaluation["environment"]["hardware"].startswith("CPU_") else "cuda"
+
+
+def bundled_problem_dir(name: str) -> Path | None:
+    """The bundled problem folder whose definition is named `name` (folders bear that name)."""
+    return next((folder for folder in bundled_problem_dirs() if folder.name == name), None)
 
 
 def solution_hash(solution: dict[str, Any]) -> str:
@@ -69,11 +103,16 @@ class Store:
             s.flush()
             return run.id
 
-    def finish_run(self, run_id: int, status: str = "finished") -> None:
+    def finish_run(self, run_id: int, status: str = "finished",
+                   seen: dict[str, Any] | None = None) -> None:
+        """Close a run; `seen` (what only the end of a run knows, such as the clocks seen)
+        joins its environment."""
         with self.session() as s:
             run = s.get(Run, run_id)
             run.status = status
             run.finished_at = datetime.datetime.now(datetime.timezone.utc)
+            if seen:
+                run.environment = {**run.environment, **seen}
 
     # ---- problems, workloads, analyses, solutions -------------------------------------------
 
@@ -89,11 +128,14 @@ class Store:
             return row.id
 
     def workload_id(self, problem_id: int, workload: Workload, axes: dict[str, int]) -> int:
+        return self._workload_id(problem_id, workload.uuid, axes)
+
+    def _workload_id(self, problem_id: int, uuid: str, axes: dict[str, Any]) -> int:
         with self.session() as s:
             row = s.scalar(select(WorkloadRow).where(WorkloadRow.problem_id == problem_id,
-                                                     WorkloadRow.uuid == workload.uuid))
+                                                     WorkloadRow.uuid == uuid))
             if row is None:
-                row = WorkloadRow(problem_id=problem_id, uuid=workload.uuid, axes=axes)
+                row = WorkloadRow(problem_id=problem_id, uuid=uuid, axes=axes)
                 s.add(row)
                 s.flush()
             return row.id
@@ -114,6 +156,21 @@ class Store:
             row.flops = float(sum(analysis["flops"].values()))
             row.bytes_fused = analysis["bytes_fused"]
             row.details = analysis
+
+    def has_analysis(self, workload_id: int, hardware: str, fp32_policy: str) -> bool:
+        with self.session() as s:
+            return s.scalar(select(AnalysisRow.id).where(
+                AnalysisRow.workload_id == workload_id, AnalysisRow.hardware == hardware,
+                AnalysisRow.fp32_policy == fp32_policy)) is not None
+
+    def t_sol_ms(self, workload_ids: list[int], hardware: str,
+                 fp32_policy: str) -> dict[int, float]:
+        """T_SOL per workload id, for the workloads analysed on this profile and policy."""
+        with self.session() as s:
+            rows = s.execute(select(AnalysisRow.workload_id, AnalysisRow.t_sol_ms).where(
+                AnalysisRow.workload_id.in_(workload_ids), AnalysisRow.hardware == hardware,
+                AnalysisRow.fp32_policy == fp32_policy))
+            return {workload_id: t_sol_ms for workload_id, t_sol_ms in rows}
 
     def solution_id(self, solution: dict[str, Any]) -> int:
         digest = solution_hash(solution)
@@ -162,6 +219,14 @@ class Store:
             row.sol_score = evaluation.get("sol_score")
             row.record = trace
 
+    def find_traces(self, workload_ids: list[int], solution_ids: list[int], device: str,
+                    hardware: str) -> list[TraceRow]:
+        """The traces of these solutions on these workloads, measured on this hardware."""
+        with self.session() as s:
+            return list(s.scalars(select(TraceRow).where(
+                TraceRow.workload_id.in_(workload_ids), TraceRow.solution_id.in_(solution_ids),
+                TraceRow.device == device, TraceRow.hardware == hardware).order_by(TraceRow.id)))
+
     def traces(self) -> list[TraceRow]:
         with self.session() as s:
             return list(s.scalars(select(TraceRow).order_by(TraceRow.id)))
@@ -174,3 +239,60 @@ class Store:
             for row in rows:
                 out.write(json.dumps(row.record, allow_nan=False) + "\n")
         return len(rows)
+
+    def import_traces(self, path: Path) -> int:
+        """Read FlashInfer-Trace JSONL (what `export_traces` or `solforge eval -o` writes) into
+        the store; returns the count. The whole file is checked before anything is written.
+
+        A trace names its problem and solution only by name, so each is filed under the stored
+        problem of that definition name (else the bundled one, else a row that knows only the
+        name), the stored solution of that name (else one known by name only), its workload's
+        uuid, and the device and hardware its environment names. A trace already stored for the
+        same (workload, solution, device, hardware) is replaced."""
+        records = read_trace_records(path)
+        for record in records:
+            evaluation = record["evaluation"]
+            problem_id = self._problem_named(record["definition"])
+            workload = record["workload"]
+            workload_id = self._workload_id(problem_id, workload["uuid"],
+                                            workload.get("axes", {}))
+            solution_id = self._solution_named(record["solution"], record["definition"])
+            hardware = evaluation["environment"]["hardware"]
+            self.save_trace(None, workload_id, solution_id, trace_device(evaluation), hardware,
+                            record)
+        return len(records)
+
+    def _problem_named(self, name: str) -> int:
+        with self.session() as s:
+            found = s.scalar(select(ProblemRow.id).where(ProblemRow.name == name)
+                             .order_by(ProblemRow.id))
+        if found is not None:
+            return found
+        folder = bundled_problem_dir(name)
+        if folder is not None:
+            return self.problem_id(address_of(folder), load_problem(folder), tier_of(folder))
+        with self.session() as s:
+            row = ProblemRow(address=name, name=name, tier=None, op_type="",
+                             definition={"name": name})
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def _solution_named(self, name: str, definition: str) -> int:
+        """The newest stored solution with this name for this definition, else a new row that
+        knows only the two names (a trace carries no sources)."""
+        with self.session() as s:
+            found = s.scalar(select(SolutionRow.id).where(SolutionRow.name == name,
+                                                          SolutionRow.definition == definition)
+                             .order_by(SolutionRow.id.desc()))
+        if found is not None:
+            return found
+        return self.solution_id({"name": name, "definition": definition})
+
+    # ---- reading whole tables (the report) ---------------------------------------------------
+
+    def rows(self, table: type[RowT]) -> list[RowT]:
+        """Every row of one table (Run, ProblemRow, WorkloadRow, AnalysisRow, SolutionRow or
+        TraceRow), oldest first, detached from the session: relationships are not loaded."""
+        with self.session() as s:
+            return list(s.scalars(select(table).order_by(table.id)))

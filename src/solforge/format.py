@@ -22,11 +22,3 @@ def duration_ms(ms: float) -> str:
     if ms >= 1e-3:
         return f"{ms * 1e3:.3g} us"
     return f"{ms * 1e6:.3g} ns"
-
-
-def console(stderr: bool = False):
-    """A Rich console that stays wide enough for tables when output is piped."""
-    from rich.console import Console
-
-    probe = Console(stderr=stderr)
-    return probe if probe.is_terminal else Console(stderr=stderr, width=160)

@@ -1,0 +1,281 @@
+"""The bench loop: per problem its analysis, its baselines and its solutions, every trace
+committed to the store the moment it exists.
+
+The work is cut into units: the reference timed under eager PyTorch and under torch.compile,
+then each solution. A unit runs in one worker process over the problem's workloads (a worker
+costs seconds to start, so never one per workload) and covers only the workloads that have no
+trace yet for its (solution, device, hardware) in the store: a rerun does what is left, and
+`fresh` re-measures everything. Traces are saved one by one as a unit returns, so Ctrl-C or a
+crash loses at most the unit in flight; the run is then recorded as interrupted or failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from solforge.bench.plan import BenchProblem
+from solforge.errors import SolforgeError
+from solforge.hardware.profile import HardwareProfile
+from solforge.harness.baseline import BASELINES, KINDS, reference_solution_name
+from solforge.harness.environment import hardware_name, run_environment
+from solforge.harness.evaluate import (
+    EvalConfig,
+    evaluate,
+    evaluate_reference,
+    resolve_device,
+    resolve_profile,
+    select_workloads,
+)
+from solforge.harness.session import Limits
+from solforge.harness.solution import Solution
+from solforge.harness.trace import Trace
+from solforge.problem.workload import Workload
+from solforge.solar.analysis import DEFAULT_FP32_POLICY, analyze_workload
+
+if TYPE_CHECKING:
+    from solforge.store import Store
+
+RUNNERS = ("local",)
+# torch.compile on the CPU builds C++ for ~10 s per problem: allowed, but not the CPU default.
+DEFAULT_BASELINE = {"cuda": "best", "cpu": "eager"}
+CPU_WORKLOADS = 1  # the CPU mode runs the smallest workload of each problem
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    device: str  # "cuda" or "cpu"
+    hardware: str | None = None  # the profile T_SOL is priced on; None: the GPU (H200 on a CPU)
+    baseline: str = "best"  # T_b: eager | compile | best
+    fresh: bool = False  # re-measure what the store already holds
+    limits: Limits = field(default_factory=Limits)
+    cache_dir: Path | None = None  # builds and baseline times; None: the harness default
+    runner: str = "local"  # where the workers run
+    command: str = "solforge bench"
+
+    def __post_init__(self) -> None:
+        if self.runner not in RUNNERS:
+            raise SolforgeError(f"--runner {self.runner}: not available; the runners are "
+                                f"{', '.join(RUNNERS)}")
+        if self.baseline not in BASELINES:
+            raise SolforgeError(f"--baseline {self.baseline}: unknown; choose from "
+                                f"{', '.join(BASELINES)}")
+
+
+@dataclass(frozen=True)
+class StoredProblem:
+    """Where one problem's results sit in the store: what the summary reads back."""
+
+    address: str
+    tier: str | None
+    workload_ids: dict[str, int]  # uuid -> id, the workloads benched
+    solution_ids: dict[str, int]  # name -> id; the baselines as reference:eager / :compile
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One worker's work: the reference as one baseline kind, or one solution."""
+
+    problem: BenchProblem
+    label: str  # reference:<kind> or the solution's name
+    kind: str | None  # the baseline kind, or None for a solution
+    solution: Solution | None
+    solution_id: int
+    workloads: tuple[Workload, ...]  # those with no trace in the store yet
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    run_id: int
+    device: str
+    hardware: str  # what the traces were measured on
+    profile: str  # what T_SOL was priced on
+    problems: tuple[StoredProblem, ...]
+    measured: int
+    skipped: int
+    interrupted: bool
+    failures: tuple[str, ...]  # units or analyses that could not run, with the reason
+
+
+class Reporter(Protocol):
+    """What the loop tells its caller; the CLI shows it as a progress bar."""
+
+    def start(self, total: int, skipped: int) -> None: ...
+    def working_on(self, text: str) -> None: ...
+    def saved(self, trace: Trace) -> None: ...
+
+
+class SilentReporter:
+    def start(self, total: int, skipped: int) -> None:
+        return None
+
+    def working_on(self, text: str) -> None:
+        return None
+
+    def saved(self, trace: Trace) -> None:
+        return None
+
+
+def run_bench(problems: list[BenchProblem], store: Store, config: BenchConfig,
+              reporter: Reporter | None = None) -> BenchOutcome:
+    report = reporter or SilentReporter()
+    device = resolve_device(config.device)
+    profile = resolve_profile(config.hardware, device)
+    eval_config = _eval_config(config, device)
+    hardware = hardware_name(device)
+    stored, units, skipped = plan_units(problems, store, eval_config, device, hardware,
+                                        config.fresh)
+    run_id = store.begin_run(config.command, device.type, profile.name,
+                             run_environment(device))
+    recorder = Recorder(store, run_id, device.type, hardware, report,
+                        {s.address: s for s in stored})
+    failures: list[str] = []
+    report.start(sum(len(unit.workloads) for unit in units), skipped)
+    status = "failed"
+    try:
+        for problem in problems:
+            failures += analyze(problem, recorder.stored[problem.address], store, profile,
+                                config.fresh, report)
+            for unit in (u for u in units if u.problem is problem):
+                failures += run_unit(unit, eval_config, report, recorder.save)
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+    finally:
+        store.finish_run(run_id, status, recorder.clocks.seen())
+    return BenchOutcome(run_id, device.type, hardware, profile.name, tuple(stored),
+                        recorder.measured, skipped, status == "interrupted", tuple(failures))
+
+
+@dataclass
+class ClocksSeen:
+    """The lowest and highest SM and memory clocks the timed traces report."""
+
+    sm_mhz: list[float] = field(default_factory=list)
+    mem_mhz: list[float] = field(default_factory=list)
+
+    def add(self, trace: Trace) -> None:
+        timing = trace.evaluation.timing
+        if timing is None:
+            return
+        if timing.sm_clock_mhz:
+            self.sm_mhz.extend(timing.sm_clock_mhz)
+        if timing.mem_clock_mhz:
+            self.mem_mhz.extend(timing.mem_clock_mhz)
+
+    def seen(self) -> dict[str, Any]:
+        clocks = {name: [min(values), max(values)]
+                  for name, values in (("sm", self.sm_mhz), ("mem", self.mem_mhz)) if values}
+        return {"clocks_seen_mhz": clocks} if clocks else {}
+
+
+@dataclass
+class Recorder:
+    """Saves each trace as it comes (one commit each) and keeps count of what was saved."""
+
+    store: Store
+    run_id: int
+    device: str
+    hardware: str
+    report: Reporter
+    stored: dict[str, StoredProblem]  # by address
+    measured: int = 0
+    clocks: ClocksSeen = field(default_factory=ClocksSeen)
+
+    def save(self, unit: Unit, trace: Trace) -> None:
+        workload_id = self.stored[unit.problem.address].workload_ids[trace.workload["uuid"]]
+        self.store.save_trace(self.run_id, workload_id, unit.solution_id, self.device,
+                              self.hardware, trace.to_dict())
+        self.measured += 1
+        self.clocks.add(trace)
+        self.report.saved(trace)
+
+
+def _eval_config(config: BenchConfig, device: torch.device) -> EvalConfig:
+    smallest = CPU_WORKLOADS if device.type == "cpu" else None
+    return EvalConfig(device=str(device), hardware=config.hardware, baseline=config.baseline,
+                      smallest=smallest, limits=config.limits, cache_dir=config.cache_dir)
+
+
+def plan_units(problems: list[BenchProblem], store: Store, config: EvalConfig,
+               device: torch.device, hardware: str,
+               fresh: bool) -> tuple[list[StoredProblem], list[Unit], int]:
+    """Record every problem, workload and solution, and list the work not yet in the store;
+    also returns how many traces are already there (skipped)."""
+    stored: list[StoredProblem] = []
+    units: list[Unit] = []
+    skipped = 0
+    for planned in problems:
+        problem = planned.problem
+        problem_id = store.problem_id(planned.address, problem, planned.tier)
+        workloads = select_workloads(problem, config, device)
+        workload_ids = {w.uuid: store.workload_id(problem_id, w, problem.axes(w))
+                        for w in workloads}
+        roles = [(reference_solution_name(kind), kind, None) for kind in KINDS[config.baseline]]
+        roles += [(solution.name, None, solution) for solution in planned.solutions]
+        solution_ids = {}
+        for label, kind, solution in roles:
+            record = solution.to_dict() if solution else reference_solution(planned, kind)
+            solution_id = store.solution_id(record)
+            solution_ids[label] = solution_id
+            todo = tuple(w for w in workloads if fresh or not store.has_trace(
+                workload_ids[w.uuid], solution_id, device.type, hardware))
+            skipped += len(workloads) - len(todo)
+            if todo:
+                units.append(Unit(planned, label, kind, solution, solution_id, todo))
+        stored.append(StoredProblem(planned.address, planned.tier, workload_ids, solution_ids))
+    return stored, units, skipped
+
+
+def reference_solution(planned: BenchProblem, kind: str) -> dict[str, Any]:
+    """The pseudo-solution a baseline is stored as: the reference's source under the name
+    `reference:<kind>`, so a changed reference is a new solution and gets measured again."""
+    return {"name": reference_solution_name(kind), "definition": planned.problem.name,
+            "author": "solforge",
+            "spec": {"languages": ["pytorch"], "entry_point": "reference.py::run",
+                     "destination_passing_style": False, "baseline": kind},
+            "sources": [{"path": "reference.py",
+                         "content": planned.problem.definition.reference}]}
+
+
+def analyze(planned: BenchProblem, stored: StoredProblem, store: Store,
+            profile: HardwareProfile, fresh: bool, report: Reporter) -> list[str]:
+    """Save the speed-of-light analysis of each benched workload; returns what failed."""
+    failures = []
+    for uuid, workload_id in stored.workload_ids.items():
+        if not fresh and store.has_analysis(workload_id, profile.name, DEFAULT_FP32_POLICY):
+            continue
+        report.working_on(f"{planned.address}: T_SOL of {uuid[:8]}")
+        try:
+            analysis = analyze_workload(planned.problem, planned.problem.workload(uuid), profile)
+        except SolforgeError as exc:
+            failures.append(f"{planned.address} {uuid}: no T_SOL: {exc}")
+            continue
+        store.save_analysis(workload_id, analysis.to_json())
+    return failures
+
+
+def run_unit(unit: Unit, config: EvalConfig, report: Reporter,
+             save: Callable[[Unit, Trace], None]) -> list[str]:
+    """Evaluate one unit in its worker and save its traces; returns what failed."""
+    address = unit.problem.address
+    config = replace(config, workloads=tuple(w.uuid for w in unit.workloads))
+
+    def progress(text: str) -> None:
+        report.working_on(f"{address}: {unit.label}: {text}")
+
+    progress("starting")
+    try:
+        if unit.solution is None:
+            traces = evaluate_reference(unit.problem.problem, unit.kind, config, progress)
+        else:
+            traces = evaluate(unit.problem.problem, unit.solution, config, progress)
+    except SolforgeError as exc:
+        return [f"{address} {unit.label}: {exc}"]
+    for trace in traces:
+        save(unit, trace)
+    return []
