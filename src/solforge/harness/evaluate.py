@@ -59,6 +59,9 @@ from solforge.problem.workload import Workload
 # (rounds, warm-up, timed iterations, re-checked timed outputs) per device type.
 DEFAULTS = {"cuda": (5, 10, 50, 8), "cpu": (3, 2, 10, 3)}
 CPU_SMALLEST = 2
+# The CPU default skips workloads past this many input elements (generating a 128256 x 4096
+# embedding table alone takes ~11 s there); the smallest workload always runs.
+CPU_INPUT_ELEMENTS = 1 << 25
 BASELINE_ROUNDS, BASELINE_VERIFY = 1, 2  # the reference is trusted: one sanity round
 TIMING_LABELS = {
     "kernel": "GPU kernel time: profiler records on every stream, first start to last end "
@@ -352,6 +355,9 @@ def select_workloads(problem: Problem, config: EvalConfig,
     else:
         count = config.smallest or (CPU_SMALLEST if device.type == "cpu" else None)
         ordered = sorted(problem.workloads, key=problem.input_elements)
+        if device.type == "cpu" and not config.smallest:  # the smallest always, then what fits
+            ordered = ordered[:1] + [w for w in ordered[1:]
+                                     if problem.input_elements(w) <= CPU_INPUT_ELEMENTS]
         chosen = {w.uuid for w in (ordered[:count] if count else ordered)}
     return [w for w in problem.workloads if w.uuid in chosen]
 
