@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "report",
     "bench",
     "traces",
+    "optimize",
 ]
 for _name in COMMAND_MODULES:
     importlib.import_module(f"solforge.cli.{_name}")

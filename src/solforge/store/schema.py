@@ -158,3 +158,43 @@ class LLMCall(Base):
     parse_error: Mapped[str | None] = mapped_column(Text)  # a response with no usable code
     solution_name: Mapped[str | None] = mapped_column(String(256))
     reward: Mapped[float | None] = mapped_column(Float)  # the bandit's reward for the outcome
+
+
+class Candidate(Base):
+    """A kernel the optimizer proposed for a problem, judged by the harness: its fitness, its
+    behaviour descriptor, and for a REWARD_HACK the evidence (such a candidate never becomes an
+    elite)."""
+
+    __tablename__ = "candidates"
+    __table_args__ = (UniqueConstraint("problem", "source_hash"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    problem: Mapped[str] = mapped_column(String(256))  # the problem's definition name
+    source_hash: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(256))
+    proposer: Mapped[str] = mapped_column(String(256))  # "template:<name>" or "llm:<model>"
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("candidates.id"))
+    params: Mapped[dict[str, Any]] = mapped_column(default=dict)  # a template's parameters
+    solution: Mapped[dict[str, Any]] = mapped_column()
+    status: Mapped[str] = mapped_column(String(32))  # worst status over its workloads
+    fitness: Mapped[float | None] = mapped_column(Float)  # mean S (GPU) or geomean speedup (CPU)
+    fitness_kind: Mapped[str] = mapped_column(String(16), default="sol_score")
+    latency_ms: Mapped[float | None] = mapped_column(Float)  # median T_k of its workloads
+    cell: Mapped[str | None] = mapped_column(String(128))  # "memory/compute/parallel/tile"
+    descriptor: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    evidence: Mapped[str | None] = mapped_column(Text)  # the verdict's message when not PASSED
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True),
+                                                          default=utcnow)
+
+
+class ArchiveCell(Base):
+    """One MAP-Elites cell of a problem's archive and its elite (the best fitness seen)."""
+
+    __tablename__ = "archive_cells"
+    __table_args__ = (UniqueConstraint("problem", "cell"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    problem: Mapped[str] = mapped_column(String(256))
+    cell: Mapped[str] = mapped_column(String(128))
+    elite_id: Mapped[int] = mapped_column(ForeignKey("candidates.id"))
+    fitness: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True),
+                                                          default=utcnow)

@@ -1,0 +1,102 @@
+"""`solforge optimize PROBLEM` and `solforge archive show PROBLEM`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import typer
+from rich.table import Table
+
+from solforge.cli.app import app
+from solforge.cli.console import console as make_console
+from solforge.problem.suite import open_problem
+from solforge.storage import open_store
+
+console = make_console()
+archive_app = typer.Typer(name="archive", help="The optimizer's MAP-Elites archive.",
+                          no_args_is_help=True)
+app.add_typer(archive_app)
+
+
+@app.command()
+def optimize(
+    problem: str = typer.Argument(..., help="Problem folder or bundled tier/name."),
+    budget: int = typer.Option(None, help="Candidates to judge."),
+    minutes: float = typer.Option(None, "--time", help="Minutes to search."),
+    proposer: str = typer.Option("templates", help="templates | llm | both"),
+    llm_base_url: str = typer.Option(None, help="An OpenAI-compatible endpoint (vLLM, SGLang, "
+                                                "Ollama, a hosted service)."),
+    model: str = typer.Option(None, help="The model name at that endpoint."),
+    db: str = typer.Option(None, help="Store URL (default: sqlite:///solforge.db)."),
+    runner: str = typer.Option("local", help="Where candidates run: local."),
+    device: str = typer.Option(None, help="cuda or cpu (default: cuda when present)."),
+    hardware: str = typer.Option(None, help="Profile for T_SOL (default: the GPU, or H200)."),
+    output: Path = typer.Option(None, "-o", help="Where to write the best solution JSON."),
+    seed: int = typer.Option(0, help="Seed of the parameter search."),
+) -> None:
+    """Search for faster correct kernels; keep a quality-diversity archive; write the best."""
+    from solforge.forge.llm import LLMConfig
+    from solforge.forge.loop import OptimizeConfig, OptimizeError, Optimizer
+
+    if runner != "local":
+        raise OptimizeError(f"runner {runner!r} is not available for optimize yet (local only)")
+    loaded = open_problem(problem)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    llm = LLMConfig(base_url=llm_base_url, model=model) if llm_base_url and model else None
+    config = OptimizeConfig(budget=budget if budget or minutes else 20, minutes=minutes,
+                            proposer=proposer, llm=llm, device=device, hardware=hardware,
+                            baseline="eager" if device == "cpu" else "best", seed=seed)
+    if device == "cpu":
+        console.print("CPU mode: candidates run in Triton's interpreter on the smallest "
+                      "workload; fitness is the speedup over eager PyTorch (no SOL score)",
+                      highlight=False)
+    store = open_store(db)
+    outcome = Optimizer(loaded, store, config, lambda line: console.print(line, highlight=False)
+                        ).run()
+    console.print(f"judged {outcome.judged} candidates ({outcome.reused} already in the store, "
+                  f"{outcome.hacks} reward hacks); {len(outcome.elites)} archive cells filled",
+                  highlight=False)
+    if outcome.best is None:
+        console.print("no correct candidate yet", highlight=False)
+        return
+    path = output or Path(f"{loaded.name}.best.json")
+    path.write_text(json.dumps(outcome.best.solution, indent=1) + "\n")
+    console.print(f"best: {outcome.best.name} ({outcome.best.fitness:.3f}) in cell "
+                  f"{outcome.best.cell} -> {path}", highlight=False)
+
+
+@archive_app.command("show")
+def archive_show(
+    problem: str = typer.Argument(..., help="Problem folder or bundled tier/name."),
+    db: str = typer.Option(None, help="Store URL (default: sqlite:///solforge.db)."),
+) -> None:
+    """The archive's grid (memory path x compute path, best fitness of each) and its elites."""
+    from solforge.forge.archive import elites
+    from solforge.forge.descriptors import COMPUTE_PATHS, MEMORY_PATHS
+
+    loaded = open_problem(problem)
+    found = elites(open_store(db, must_exist=True), loaded.name)
+    if not found:
+        console.print(f"the archive of {loaded.name} is empty", highlight=False)
+        return
+    grid = Table(title=f"{loaded.name}: best fitness per memory x compute path "
+                       "(over parallel structure and tile class)", title_justify="left")
+    grid.add_column("memory \\ compute")
+    for compute in COMPUTE_PATHS:
+        grid.add_column(compute, justify="right")
+    for memory in MEMORY_PATHS:
+        cells = []
+        for compute in COMPUTE_PATHS:
+            inside = [e.fitness for e in found if e.cell.split("/")[:2] == [memory, compute]]
+            cells.append(f"{max(inside):.3f}" if inside else "-")
+        grid.add_row(memory, *cells)
+    console.print(grid)
+    table = Table(title="elites, best first", title_justify="left")
+    for column in ("cell (memory/compute/parallel/tile)", "elite", "fitness", "T_k"):
+        table.add_column(column)
+    for elite in found:
+        latency = f"{elite.latency_ms:.4g} ms" if elite.latency_ms is not None else "-"
+        table.add_row(elite.cell, elite.name, f"{elite.fitness:.3f}", latency)
+    console.print(table)

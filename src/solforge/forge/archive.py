@@ -1,0 +1,118 @@
+"""The MAP-Elites archive in the results store: candidates, cells and their elites.
+
+Many optimizer processes may share one store (PostgreSQL), so every write is one transaction
+that cannot lose another's: a candidate is inserted once per (problem, source hash), and an
+elite is replaced by a conditional UPDATE (`... WHERE fitness < :new`), so of two workers
+improving one cell at the same time the better kernel wins whichever commits first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from solforge.store.schema import ArchiveCell, Candidate
+from solforge.store.store import Store, solution_hash
+
+
+@dataclass(frozen=True)
+class Elite:
+    cell: str
+    candidate_id: int
+    name: str
+    fitness: float
+    latency_ms: float | None
+    solution: dict[str, Any]
+    descriptor: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CandidateRecord:
+    """What the loop learned about one candidate, ready to store."""
+
+    problem: str
+    name: str
+    proposer: str
+    solution: dict[str, Any]
+    status: str
+    fitness: float | None
+    fitness_kind: str
+    latency_ms: float | None
+    cell: str | None
+    descriptor: dict[str, Any]
+    evidence: str | None
+    params: dict[str, Any]
+    parent_id: int | None = None
+
+
+def find(store: Store, problem: str, solution: dict[str, Any]) -> Candidate | None:
+    """This exact kernel, if any worker already judged it for this problem."""
+    digest = solution_hash(solution)
+    with store.session() as s:
+        return s.scalar(select(Candidate).where(Candidate.problem == problem,
+                                                Candidate.source_hash == digest))
+
+
+def add_candidate(store: Store, record: CandidateRecord) -> int:
+    """Store a judged candidate (once: a second worker with the same kernel gets the first id)."""
+    digest = solution_hash(record.solution)
+    try:
+        with store.session() as s:
+            row = Candidate(problem=record.problem, source_hash=digest, name=record.name,
+                            proposer=record.proposer, parent_id=record.parent_id,
+                            params=record.params, solution=record.solution,
+                            status=record.status, fitness=record.fitness,
+                            fitness_kind=record.fitness_kind, latency_ms=record.latency_ms,
+                            cell=record.cell, descriptor=record.descriptor,
+                            evidence=record.evidence)
+            s.add(row)
+            s.flush()
+            return row.id
+    except IntegrityError:
+        with store.session() as s:
+            return s.scalar(select(Candidate.id).where(Candidate.problem == record.problem,
+                                                       Candidate.source_hash == digest))
+
+
+def offer_elite(store: Store, problem: str, cell: str, candidate_id: int,
+                fitness: float) -> bool:
+    """Make the candidate its cell's elite if it beats the current one; True if it did."""
+    with store.session() as s:
+        replaced = s.execute(update(ArchiveCell)
+                             .where(ArchiveCell.problem == problem, ArchiveCell.cell == cell,
+                                    ArchiveCell.fitness < fitness)
+                             .values(elite_id=candidate_id, fitness=fitness)).rowcount
+        if replaced:
+            return True
+    try:
+        with store.session() as s:
+            s.add(ArchiveCell(problem=problem, cell=cell, elite_id=candidate_id,
+                              fitness=fitness))
+        return True
+    except IntegrityError:  # another worker created the cell first: compare again
+        with store.session() as s:
+            return bool(s.execute(update(ArchiveCell)
+                                  .where(ArchiveCell.problem == problem,
+                                         ArchiveCell.cell == cell,
+                                         ArchiveCell.fitness < fitness)
+                                  .values(elite_id=candidate_id, fitness=fitness)).rowcount)
+
+
+def elites(store: Store, problem: str) -> list[Elite]:
+    """Every cell's elite, best first."""
+    with store.session() as s:
+        rows = s.execute(select(ArchiveCell, Candidate)
+                         .join(Candidate, Candidate.id == ArchiveCell.elite_id)
+                         .where(ArchiveCell.problem == problem)
+                         .order_by(ArchiveCell.fitness.desc())).all()
+    return [Elite(cell.cell, candidate.id, candidate.name, cell.fitness, candidate.latency_ms,
+                  candidate.solution, candidate.descriptor) for cell, candidate in rows]
+
+
+def candidates(store: Store, problem: str) -> list[Candidate]:
+    with store.session() as s:
+        return list(s.scalars(select(Candidate).where(Candidate.problem == problem)
+                              .order_by(Candidate.id)))

@@ -1,0 +1,45 @@
+"""A candidate's verdict over its workloads: one status, one fitness, for the archive.
+
+On a GPU the fitness is the mean SOL score over the workloads (1 at the speed of light, 0.5 at
+the baseline). On the CPU there is no score (CPU timings are not priced against T_SOL), so the
+fitness is the geometric-mean speedup over the baseline there, and says so (`kind`). A candidate
+that is not PASSED everywhere has no fitness; a REWARD_HACK anywhere makes it a REWARD_HACK.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from solforge.harness.trace import Status, Trace
+
+SOL_SCORE, SPEEDUP = "sol_score", "speedup"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str
+    fitness: float | None
+    kind: str  # SOL_SCORE or SPEEDUP
+    latency_ms: float | None  # median T_k over the workloads
+    evidence: str | None  # why it is not PASSED
+
+
+def verdict(traces: list[Trace]) -> Verdict:
+    if not traces:
+        return Verdict(Status.RUNTIME_ERROR.value, None, SOL_SCORE, None, "no traces")
+    hacks = [t for t in traces if t.status is Status.REWARD_HACK]
+    failed = hacks or [t for t in traces if t.status is not Status.PASSED]
+    if failed:
+        first = failed[0].evaluation
+        evidence = first.evidence or first.log or first.status.value
+        return Verdict(first.status.value, None, SOL_SCORE, None, evidence[:2000])
+    latencies = [t.evaluation.performance.latency_ms for t in traces]
+    scores = [t.evaluation.sol_score for t in traces]
+    if all(score is not None for score in scores):
+        return Verdict(Status.PASSED.value, statistics.fmean(scores), SOL_SCORE,
+                       statistics.median(latencies), None)
+    speedups = [t.evaluation.performance.speedup_factor for t in traces]
+    geomean = math.exp(statistics.fmean(math.log(s) for s in speedups))
+    return Verdict(Status.PASSED.value, geomean, SPEEDUP, statistics.median(latencies), None)

@@ -1,0 +1,233 @@
+"""The optimize loop: propose kernels, judge them through the harness, keep a MAP-Elites archive.
+
+    templates  every template that applies to the problem searches its parameter space
+               (search.py: exhaustive when small, Optuna TPE otherwise) and seeds the archive;
+    llm        the model writes kernels from the problem, its speed-of-light analysis, elites of
+               different cells (parents) and the feedback of earlier attempts;
+    both       templates first, then the model builds on what they found.
+
+Every candidate is judged by the harness (the loop never times anything), described by the
+kernels it compiles to (descriptors.py), and stored (archive.py). A candidate already judged
+for this problem, by this run or another worker, is not judged again. Only a PASSED candidate
+with a fitness can become an elite; a REWARD_HACK is stored with its evidence and never does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from solforge.errors import SolforgeError
+from solforge.forge import archive
+from solforge.forge.fitness import Verdict, verdict
+from solforge.forge.search import search
+from solforge.forge.templates import templates_for
+from solforge.harness.evaluate import EvalConfig, evaluate
+from solforge.harness.solution import parse_solution
+from solforge.harness.trace import Status, Trace
+from solforge.problem.problem import Problem
+
+if TYPE_CHECKING:
+    from solforge.forge.llm import LLMConfig
+    from solforge.store import Store
+
+PROPOSERS = ("templates", "llm", "both")
+RECENT_ATTEMPTS = 8  # feedback the model sees
+PARENTS = 3  # elites of different cells shown to the model
+
+
+class OptimizeError(SolforgeError):
+    pass
+
+
+class _Exhausted(Exception):
+    """The budget or the time ran out in the middle of a search."""
+
+
+@dataclass(frozen=True)
+class OptimizeConfig:
+    budget: int | None = 20  # candidates to judge
+    minutes: float | None = None
+    proposer: str = "templates"
+    llm: LLMConfig | None = None
+    device: str = "cuda"
+    hardware: str | None = None
+    baseline: str = "best"
+    seed: int = 0
+    cache_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.proposer not in PROPOSERS:
+            raise OptimizeError(f"unknown proposer {self.proposer!r} (choose from "
+                                f"{', '.join(PROPOSERS)})")
+        if self.proposer != "templates" and self.llm is None:
+            raise OptimizeError("the llm proposer needs --llm-base-url and --model")
+        if self.budget is None and self.minutes is None:
+            raise OptimizeError("give a budget (--budget N) or a time (--time MIN)")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    judged: int  # candidates the harness judged in this run
+    reused: int  # candidates already in the store
+    hacks: int
+    best: archive.Elite | None
+    elites: list[archive.Elite]
+
+
+class Optimizer:
+    def __init__(self, problem: Problem, store: Store, config: OptimizeConfig,
+                 report: Callable[[str], None]) -> None:
+        self.problem = problem
+        self.store = store
+        self.config = config
+        self.report = report
+        self.judged = self.reused = self.hacks = 0
+        self.deadline = (time.monotonic() + 60 * config.minutes) if config.minutes else None
+        self.attempts: list = []
+        self.best_fitness: float | None = _best_fitness(archive.elites(store, problem.name))
+
+    def run(self) -> Outcome:
+        try:
+            if self.config.proposer in ("templates", "both"):
+                self._templates()
+            if self.config.proposer in ("llm", "both"):
+                self._llm()
+        except _Exhausted:
+            pass
+        elites = archive.elites(self.store, self.problem.name)
+        return Outcome(self.judged, self.reused, self.hacks, elites[0] if elites else None,
+                       elites)
+
+    # ---- proposers -------------------------------------------------------------------------
+
+    def _templates(self) -> None:
+        templates = templates_for(self.problem.definition)
+        if not templates:
+            self.report("no template applies to this problem")
+            return
+        for number, template in enumerate(templates):
+            share = self._remaining_budget(len(templates) - number)
+            self.report(f"template {template.name}: searching up to {share} settings")
+
+            def objective(solution: dict[str, Any], template=template) -> float | None:
+                return self.judge(solution, f"template:{template.name}").fitness
+
+            search(template, self.problem, objective, share, self.config.seed)
+
+    def _llm(self) -> None:
+        from solforge.forge.llm import LLMProposer, Parent, attempt_from_proposal
+        from solforge.solar import analyze_workload
+
+        proposer = LLMProposer(self.config.llm, self.store)
+        representative = max(self.problem.workloads, key=self.problem.input_elements)
+        analysis = analyze_workload(self.problem, representative, _profile(self.config))
+        while True:
+            self._check_budget()
+            parents = [Parent(e.name, e.solution, e.fitness, e.latency_ms, e.descriptor)
+                       for e in archive.elites(self.store, self.problem.name)]  # best first
+            for proposal in proposer.propose(self.problem, analysis, parents[:PARENTS],
+                                             self.attempts[-RECENT_ATTEMPTS:]):
+                if proposal.solution is None:
+                    self.attempts.append(attempt_from_proposal(proposal))
+                    proposer.record_outcome(proposal, [])
+                    continue
+                traces = self._judge_traces(proposal.solution, f"llm:{self.config.llm.model}")
+                proposer.record_outcome(proposal, traces)
+
+    # ---- judging -----------------------------------------------------------------------------
+
+    def judge(self, solution: dict[str, Any], proposer: str) -> Verdict:
+        """The harness's verdict on one candidate, stored in the archive."""
+        stored = archive.find(self.store, self.problem.name, solution)
+        if stored is not None:
+            self.reused += 1
+            return Verdict(stored.status, stored.fitness, stored.fitness_kind,
+                           stored.latency_ms, stored.evidence)
+        traces = self._judge_traces(solution, proposer)
+        return verdict(traces)
+
+    def _judge_traces(self, solution: dict[str, Any], proposer: str) -> list[Trace]:
+        from solforge.forge.llm import attempt_from_traces
+
+        self._check_budget()
+        traces = evaluate(self.problem, parse_solution(solution), self._eval_config())
+        self.judged += 1
+        judged = verdict(traces)
+        self.attempts.append(attempt_from_traces(solution, traces))
+        descriptor, cell = self._describe(solution) if judged.fitness is not None else ({}, None)
+        record = archive.CandidateRecord(
+            problem=self.problem.name, name=solution.get("name", "?"), proposer=proposer,
+            solution=solution, status=judged.status, fitness=judged.fitness,
+            fitness_kind=judged.kind, latency_ms=judged.latency_ms, cell=cell,
+            descriptor=descriptor, evidence=judged.evidence, params={})
+        candidate_id = archive.add_candidate(self.store, record)
+        if judged.status == Status.REWARD_HACK.value:
+            self.hacks += 1
+            self.report(f"{record.name}: REWARD_HACK ({(judged.evidence or '')[:120]})")
+        elif judged.fitness is not None and cell is not None:
+            archive.offer_elite(self.store, self.problem.name, cell, candidate_id,
+                                judged.fitness)
+            self._announce(record, judged)
+        else:
+            self.report(f"{record.name}: {judged.status}")
+        return traces
+
+    def _describe(self, solution: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        from solforge.forge.descriptors import DescriptorError, describe_solution
+
+        workload = self.problem.smallest_workload()
+        device = "cpu" if self.config.device == "cpu" else "cuda"
+        try:
+            found = describe_solution(parse_solution(solution), self.problem, workload,
+                                      device=device)
+        except DescriptorError as exc:
+            self.report(f"{solution.get('name')}: no descriptor ({exc}); kept out of the archive")
+            return {}, None
+        descriptor = {"memory_path": found.memory_path, "compute_path": found.compute_path,
+                      "parallel": found.parallel, "tile_class": found.tile_class,
+                      "evidence": list(found.evidence)}
+        return descriptor, "/".join(found.cell())
+
+    def _announce(self, record: archive.CandidateRecord, judged: Verdict) -> None:
+        improved = self.best_fitness is None or judged.fitness > self.best_fitness
+        if improved:
+            self.best_fitness = judged.fitness
+        label = "S" if judged.kind == "sol_score" else "speedup over T_b"
+        mark = "new best" if improved else "passed"
+        self.report(f"{record.name}: {mark}, {label} {judged.fitness:.3f} "
+                    f"(T_k {judged.latency_ms:.4g} ms) in cell {record.cell}")
+
+    def _eval_config(self) -> EvalConfig:
+        """The harness's settings: on the CPU the smallest workload only."""
+        config = EvalConfig(device=self.config.device, hardware=self.config.hardware,
+                            baseline=self.config.baseline,
+                            smallest=1 if self.config.device == "cpu" else None)
+        if self.config.cache_dir is not None:
+            config = replace(config, cache_dir=self.config.cache_dir)
+        return config
+
+    def _check_budget(self) -> None:
+        if self.config.budget is not None and self.judged >= self.config.budget:
+            raise _Exhausted
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise _Exhausted
+
+    def _remaining_budget(self, templates_left: int) -> int:
+        if self.config.budget is None:
+            return 10_000  # the time limit stops the search
+        left = max(self.config.budget - self.judged, 0)
+        return max(1, left // templates_left)
+
+
+def _profile(config: OptimizeConfig):
+    from solforge.hardware import load_profile
+
+    return load_profile(config.hardware or "H200")
+
+
+def _best_fitness(elites: list[archive.Elite]) -> float | None:
+    return elites[0].fitness if elites else None

@@ -1,0 +1,101 @@
+"""The optimize loop on the CPU: templates seed the archive, the LLM path runs against a local
+OpenAI-compatible server, reruns reuse what the store holds, and a hack never becomes an elite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from solforge.forge import archive
+from solforge.forge.llm import LLMConfig
+from solforge.forge.loop import OptimizeConfig, OptimizeError, Optimizer
+from solforge.problem import load_problem
+from solforge.store import Store
+from solforge.store.schema import LLMCall
+
+ROOT = Path(__file__).resolve().parent
+PROBLEM = ROOT / "fixtures" / "harness" / "rmsnorm_small"
+
+sys.path.insert(0, str(ROOT))
+from openai_server import FakeOpenAI  # noqa: E402
+
+
+def cpu_config(tmp_path: Path, **changes) -> OptimizeConfig:
+    settings = {"budget": 2, "device": "cpu", "baseline": "eager", "cache_dir": tmp_path / "cache"}
+    return OptimizeConfig(**{**settings, **changes})
+
+
+def quiet(line: str) -> None:
+    return None
+
+
+def solution_of(file: Path, definition: str) -> dict:
+    """A bare solution file as a FlashInfer-Bench solution JSON (value-returning `run`)."""
+    return {"name": file.parent.name, "definition": definition, "author": "test",
+            "spec": {"languages": ["pytorch"], "entry_point": "solution.py::run",
+                     "destination_passing_style": False},
+            "sources": [{"path": "solution.py", "content": file.read_text()}]}
+
+
+def test_templates_seed_the_archive_and_a_rerun_reuses_the_store(tmp_path):
+    problem = load_problem(PROBLEM)
+    store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
+    first = Optimizer(problem, store, cpu_config(tmp_path), quiet).run()
+    assert first.judged == 2
+    assert first.best is not None and first.best.fitness > 0
+    assert first.best.cell.count("/") == 3  # memory/compute/parallel/tile
+    stored = archive.candidates(store, problem.name)
+    assert len(stored) == 2 and all(c.status == "PASSED" for c in stored)
+    again = Optimizer(problem, store, cpu_config(tmp_path), quiet).run()
+    assert again.reused >= 2  # the same settings come first: judged once, read back after
+    assert len(archive.candidates(store, problem.name)) == len(stored) + again.judged
+
+
+def test_a_reward_hack_is_recorded_with_evidence_and_never_an_elite(tmp_path):
+    problem = load_problem(PROBLEM)
+    store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
+    hack = solution_of(ROOT / "exploits" / "lazy_output" / "solution.py", problem.name)
+    judged = Optimizer(problem, store, cpu_config(tmp_path), quiet).judge(hack, "test")
+    assert judged.status == "REWARD_HACK" and judged.fitness is None
+    [row] = archive.candidates(store, problem.name)
+    assert row.status == "REWARD_HACK" and row.evidence
+    assert archive.elites(store, problem.name) == []
+
+
+def test_the_llm_path_runs_against_an_openai_compatible_server(tmp_path):
+    problem = load_problem(PROBLEM)
+    store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
+    with FakeOpenAI() as server:
+        llm = LLMConfig(base_url=server.base_url, model="test-model", seed=0)
+        outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=1, proposer="llm",
+                                                       llm=llm), quiet).run()
+    assert outcome.judged == 1
+    assert outcome.best is not None and outcome.best.fitness > 0
+    [candidate] = archive.candidates(store, problem.name)
+    assert candidate.proposer == "llm:test-model"
+    with store.session() as s:
+        calls = s.query(LLMCall).all()
+    assert calls and calls[0].prompt_tokens and calls[0].status == "ok"
+
+
+def test_the_llm_proposer_needs_an_endpoint():
+    with pytest.raises(OptimizeError, match="--llm-base-url"):
+        OptimizeConfig(budget=1, proposer="llm")
+
+
+def test_cli_optimize_writes_the_best_and_shows_the_archive(tmp_path):
+    db = f"sqlite:///{tmp_path / 'forge.db'}"
+    best = tmp_path / "best.json"
+    common = {"cwd": tmp_path, "capture_output": True, "text": True}
+    done = subprocess.run([sys.executable, "-m", "solforge", "optimize", str(PROBLEM),
+                           "--device", "cpu", "--budget", "1", "--db", db, "-o", str(best)],
+                          **common)
+    assert done.returncode == 0, done.stderr
+    assert best.is_file() and "best:" in done.stdout
+    shown = subprocess.run([sys.executable, "-m", "solforge", "archive", "show", str(PROBLEM),
+                            "--db", db], **common)
+    assert shown.returncode == 0, shown.stderr
+    assert "memory \\ compute" in shown.stdout and "elites, best first" in shown.stdout
