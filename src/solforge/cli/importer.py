@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from solforge.cli.app import app
+from solforge.cli.console import console as make_console
 from solforge.problem.datasets import ImportReport, import_flashinfer_trace, import_sol_execbench
 from solforge.problem.kernelbench import import_kernelbench_dir, import_kernelbench_file
 from solforge.problem.suite import TIERS
@@ -21,7 +21,7 @@ import_app = typer.Typer(name="import", help="Import problems from other formats
                          no_args_is_help=True)
 app.add_typer(import_app, name="import")
 
-console = Console()
+console = make_console()
 
 
 @import_app.command("kernelbench")
@@ -37,19 +37,20 @@ def kernelbench(
     """Turn KernelBench `Model` / `get_inputs` / `get_init_inputs` files into problems."""
     if path.is_file():
         folder = import_kernelbench_file(path, out, name)
-        console.print(f"[green]ok[/] {path} -> {folder}", highlight=False)
+        console.print(f"[green]ok[/] {path} -> {folder}", highlight=False, soft_wrap=True)
         return
     if name is not None:
         raise typer.BadParameter("--name applies to a single file, not a folder")
     results = import_kernelbench_dir(path, out)
     for result in results:
         if result.ok:
-            console.print(f"[green]ok[/] {result.source} -> {result.folder}", highlight=False)
+            console.print(f"[green]ok[/] {result.source} -> {result.folder}", highlight=False,
+                          soft_wrap=True)
         else:
             console.print(f"[red]failed[/] {result.error}", highlight=False, soft_wrap=True)
     failed = sum(not r.ok for r in results)
     console.print(f"{len(results) - failed} of {len(results)} files imported into {out}",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     if failed:
         raise typer.Exit(1)
 
@@ -103,10 +104,10 @@ def flashinfer_trace(
 
 def _print_report(report: ImportReport, out: Path) -> None:
     for folder in report.written:
-        console.print(f"[green]ok[/] {folder}", highlight=False)
+        console.print(f"[green]ok[/] {folder}", highlight=False, soft_wrap=True)
     for issue in report.issues:
         console.print(f"[red]skipped[/] {issue}", highlight=False, soft_wrap=True)
     console.print(f"{len(report.written)} problems written into {out}; "
-                  f"{len(report.issues)} entries skipped", highlight=False)
+                  f"{len(report.issues)} entries skipped", highlight=False, soft_wrap=True)
     if report.issues:
         raise typer.Exit(1)
