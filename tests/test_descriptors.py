@@ -18,17 +18,19 @@ import pytest
 import torch
 from conftest import write_problem
 
-from solforge.forge.descriptors import (
-    COMPUTE_PATHS,
-    MEMORY_PATHS,
-    PARALLEL_STRUCTURES,
-    TILE_CLASSES,
+from solforge.forge.capture import (
     CaptureJob,
     CompiledKernel,
     DescriptorError,
     Launch,
     capture_kernels,
     capture_solutions,
+)
+from solforge.forge.descriptors import (
+    COMPUTE_PATHS,
+    MEMORY_PATHS,
+    PARALLEL_STRUCTURES,
+    TILE_CLASSES,
     describe_kernel,
     describe_kernels,
     describe_ptx,

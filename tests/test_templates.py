@@ -10,12 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import requires_gpu
 
-from solforge.forge.descriptors import (
-    CaptureJob,
-    DescriptorError,
-    capture_solutions,
-    describe_kernels,
-)
+from solforge.forge.capture import CaptureJob, DescriptorError, capture_solutions
+from solforge.forge.descriptors import describe_kernels
 from solforge.forge.templates import FAMILIES, TEMPLATES, template_named, templates_for
 from solforge.forge.templates.template import TemplateError
 from solforge.harness import EvalConfig, Status, evaluate, parse_solution

@@ -177,7 +177,8 @@ class Optimizer:
         return traces
 
     def _describe(self, solution: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-        from solforge.forge.descriptors import DescriptorError, describe_solution
+        from solforge.forge.capture import DescriptorError
+        from solforge.forge.descriptors import describe_solution
 
         workload = self.problem.smallest_workload()
         device = "cpu" if self.config.device == "cpu" else "cuda"
