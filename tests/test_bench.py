@@ -235,7 +235,7 @@ def test_cli_bench_rejects_bad_options_clearly(tmp_path):
     bad_db = runner.invoke(app, ["bench", str(SMALL), "--device", "cpu", "--db", "nosuch://x"])
     assert isinstance(bad_db.exception, StoreError)
     assert "cannot open the store 'nosuch://x'" in str(bad_db.exception)
-    for option, value in (("--runner", "ray"), ("--baseline", "fastest"), ("--device", "tpu")):
+    for option, value in (("--runner", "slurm"), ("--baseline", "fastest"), ("--device", "tpu")):
         result = runner.invoke(app, ["bench", str(SMALL), option, value])
         assert isinstance(result.exception, SolforgeError), (option, result.exception)
         assert value in str(result.exception)

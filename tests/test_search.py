@@ -31,6 +31,11 @@ LARGE = {"X": tuple(range(10)), "Y": tuple(range(10)), "Z": ("a", "b", "c", "d")
          "W": (16, 32, 64, 128, 256)}  # 2000 settings, 1200 of them valid (X + Y <= 14)
 
 
+def each(score):
+    """A batch objective that scores its candidates one by one with `score`."""
+    return lambda solutions: [score(solution) for solution in solutions]
+
+
 def _bowl(solution) -> float:
     """Maximum 0 at X=7, Y=3, Z="c", W=64."""
     p = solution["params"]
@@ -49,7 +54,7 @@ def test_small_valid_space_is_searched_exhaustively_in_order(monkeypatch):
         seen.append(solution["params"])
         return float(solution["params"]["X"])
 
-    trials = search(template, PROBLEM, objective, budget=10, seed=0)
+    trials = search(template, PROBLEM, each(objective), budget=10, seed=0)
     valid = [{"X": x, "Y": y} for x in (0, 1, 2) for y in (0, 1, 2) if x + y <= 2]
     assert [trial.params for trial in trials] == valid == seen
     assert all(trial.status == SCORED for trial in trials)
@@ -74,7 +79,7 @@ def test_large_space_uses_tpe_and_finds_the_optimum_within_the_budget(monkeypatc
         scored.append(tuple(params.values()))
         return _bowl(solution)
 
-    trials = search(template, PROBLEM, objective, budget=100, seed=0)
+    trials = search(template, PROBLEM, each(objective), budget=100, seed=0)
     assert len(trials) == 100 and len(set(scored)) == 100  # every evaluation a new setting
     assert best_trial(trials).params == {"X": 7, "Y": 3, "Z": "c", "W": 64}
     # One study, told about every scored setting (its own proposals or their valid neighbours).
@@ -89,7 +94,7 @@ def test_failed_candidates_are_recorded_and_never_best():
     def objective(solution):
         return None if solution["params"]["Z"] == "c" else _bowl(solution)
 
-    trials = search(template, PROBLEM, objective, budget=60, seed=3)
+    trials = search(template, PROBLEM, each(objective), budget=60, seed=3)
     failed = [trial for trial in trials if trial.status == FAILED]
     assert failed and all(trial.value is None for trial in failed)
     assert best_trial(trials).params["Z"] != "c"
@@ -97,16 +102,46 @@ def test_failed_candidates_are_recorded_and_never_best():
 
 def test_a_budget_smaller_than_the_space_uses_the_sampler_and_stops_there():
     template = _synthetic({"X": (0, 1, 2, 3), "Y": (0, 1, 2, 3)}, too_big=6)
-    trials = search(template, PROBLEM, lambda solution: 1.0, budget=5, seed=1)
+    trials = search(template, PROBLEM, each(lambda solution: 1.0), budget=5, seed=1)
     assert len(trials) == 5
     assert len({tuple(trial.params.values()) for trial in trials}) == 5
 
 
 def test_search_is_reproducible_for_a_seed():
     template = _synthetic(LARGE, too_big=14)
-    first = search(template, PROBLEM, _bowl, budget=40, seed=7)
-    again = search(template, PROBLEM, _bowl, budget=40, seed=7)
+    first = search(template, PROBLEM, each(_bowl), budget=40, seed=7)
+    again = search(template, PROBLEM, each(_bowl), budget=40, seed=7)
     assert [trial.params for trial in first] == [trial.params for trial in again]
+
+
+def test_parallel_search_judges_batches_and_still_converges():
+    template = _synthetic(LARGE, too_big=14)
+    batches = []
+
+    def objective(solutions):
+        batches.append(len(solutions))
+        return [_bowl(solution) for solution in solutions]
+
+    trials = search(template, PROBLEM, objective, budget=98, seed=0, parallel=4)
+    assert len(trials) == 98 and batches == [4] * 24 + [2]  # the last batch fits the budget
+    assert len({tuple(trial.params.values()) for trial in trials}) == 98
+    assert best_trial(trials).value >= -1.0  # within one step of the optimum
+
+    small = _synthetic({"X": (0, 1, 2), "Y": (0, 1, 2)}, too_big=2)
+    sizes = []
+
+    def count(solutions):
+        sizes.append(len(solutions))
+        return [1.0] * len(solutions)
+
+    trials = search(small, PROBLEM, count, budget=10, seed=0, parallel=4)
+    assert sizes == [4, 2] and len(trials) == 6
+
+
+def test_an_objective_that_loses_candidates_is_an_error():
+    template = _synthetic({"X": (0, 1, 2), "Y": (0, 1, 2)}, too_big=2)
+    with pytest.raises(ValueError, match="scored 1 of 3"):
+        search(template, PROBLEM, lambda solutions: [1.0], budget=10, parallel=3)
 
 
 @pytest.mark.parametrize("name", ["gemm", "gemm_tma"])

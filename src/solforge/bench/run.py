@@ -1,12 +1,16 @@
 """The bench loop: per problem its analysis, its baselines and its solutions, every trace
-committed to the store the moment it exists.
+committed to the store the moment it comes back.
 
 The work is cut into units: the reference timed under eager PyTorch and under torch.compile,
 then each solution. A unit runs in one worker process over the problem's workloads (a worker
 costs seconds to start, so never one per workload) and covers only the workloads that have no
 trace yet for its (solution, device, hardware) in the store: a rerun does what is left, and
-`fresh` re-measures everything. Traces are saved one by one as a unit returns, so Ctrl-C or a
-crash loses at most the unit in flight; the run is then recorded as interrupted or failed.
+`fresh` re-measures everything. Units go through a runner (solforge.runners: local processes,
+one per GPU or core, or a Ray cluster), several at once; a problem's solutions start once its
+baselines are measured, so their T_b comes from the baseline cache instead of being timed again.
+The parent saves each unit's traces as it completes, so Ctrl-C or a crash loses at most the
+units in flight (the run is then recorded as interrupted or failed), and a unit whose process
+dies is retried once, then saved as failed traces.
 """
 
 from __future__ import annotations
@@ -20,27 +24,20 @@ import torch
 
 from solforge.bench.plan import BenchProblem
 from solforge.errors import SolforgeError
+from solforge.hardware import load_profile
 from solforge.hardware.profile import HardwareProfile
 from solforge.harness.baseline import BASELINES, KINDS, reference_solution_name
-from solforge.harness.environment import hardware_name, run_environment
-from solforge.harness.evaluate import (
-    EvalConfig,
-    evaluate,
-    evaluate_reference,
-    resolve_device,
-    resolve_profile,
-    select_workloads,
-)
+from solforge.harness.evaluate import EvalConfig, select_workloads
 from solforge.harness.session import Limits
 from solforge.harness.solution import Solution
-from solforge.harness.trace import Trace
+from solforge.harness.trace import Status, Trace
 from solforge.problem.workload import Workload
+from solforge.runners import RUNNERS, EvalTask, TaskResult, TaskRunner, open_runner
 from solforge.solar.analysis import DEFAULT_FP32_POLICY, analyze_workload
 
 if TYPE_CHECKING:
     from solforge.store import Store
 
-RUNNERS = ("local",)
 # torch.compile on the CPU builds C++ for ~10 s per problem: allowed, but not the CPU default.
 DEFAULT_BASELINE = {"cuda": "best", "cpu": "eager"}
 CPU_WORKLOADS = 1  # the CPU mode runs the smallest workload of each problem
@@ -54,12 +51,14 @@ class BenchConfig:
     fresh: bool = False  # re-measure what the store already holds
     limits: Limits = field(default_factory=Limits)
     cache_dir: Path | None = None  # builds and baseline times; None: the harness default
-    runner: str = "local"  # where the workers run
+    runner: str = "local"  # where the workers run: local or ray
+    workers: int | None = None  # units at once; None: one per GPU (core), or the cluster's
+    ray_address: str | None = None  # auto or HOST:PORT; None: a Ray instance of its own
     command: str = "solforge bench"
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNERS:
-            raise SolforgeError(f"--runner {self.runner}: not available; the runners are "
+            raise SolforgeError(f"--runner {self.runner}: unknown; the runners are "
                                 f"{', '.join(RUNNERS)}")
         if self.baseline not in BASELINES:
             raise SolforgeError(f"--baseline {self.baseline}: unknown; choose from "
@@ -86,6 +85,14 @@ class Unit:
     solution: Solution | None
     solution_id: int
     workloads: tuple[Workload, ...]  # those with no trace in the store yet
+
+    def task(self, config: EvalConfig, key: str) -> EvalTask:
+        """The unit as a runner's task: a bundled problem by address, any other by its folder."""
+        planned = self.problem
+        where = planned.address if planned.tier else str(planned.problem.root.resolve())
+        config = replace(config, workloads=tuple(w.uuid for w in self.workloads))
+        solution = self.solution.to_dict() if self.solution else None
+        return EvalTask(where, config, solution, self.kind, key)
 
 
 @dataclass(frozen=True)
@@ -123,31 +130,40 @@ class SilentReporter:
 def run_bench(problems: list[BenchProblem], store: Store, config: BenchConfig,
               reporter: Reporter | None = None) -> BenchOutcome:
     report = reporter or SilentReporter()
-    device = resolve_device(config.device)
-    profile = resolve_profile(config.hardware, device)
-    eval_config = _eval_config(config, device)
-    hardware = hardware_name(device)
-    stored, units, skipped = plan_units(problems, store, eval_config, device, hardware,
+    with open_runner(config.runner, config.device, config.workers,
+                     config.ray_address) as runner:
+        return _run(problems, store, config, runner, report)
+
+
+def _run(problems: list[BenchProblem], store: Store, config: BenchConfig, runner: TaskRunner,
+         report: Reporter) -> BenchOutcome:
+    machine = runner.machine
+    profile = load_profile(config.hardware) if config.hardware else machine.profile
+    eval_config = _eval_config(config, machine.device_type)
+    device = torch.device(machine.device_type)
+    stored, units, skipped = plan_units(problems, store, eval_config, device, machine.hardware,
                                         config.fresh)
     run_id = store.begin_run(config.command, device.type, profile.name,
-                             run_environment(device))
-    recorder = Recorder(store, run_id, device.type, hardware, report,
+                             machine.run_environment)
+    recorder = Recorder(store, run_id, device.type, machine.hardware, report,
                         {s.address: s for s in stored})
+    dispatcher = Dispatcher(runner, eval_config, report)
     failures: list[str] = []
     report.start(sum(len(unit.workloads) for unit in units), skipped)
     status = "failed"
     try:
-        for problem in problems:
+        dispatcher.start(units)
+        for problem in problems:  # the analyses run here while the units run in their slots
             failures += analyze(problem, recorder.stored[problem.address], store, profile,
                                 config.fresh, report)
-            for unit in (u for u in units if u.problem is problem):
-                failures += run_unit(unit, eval_config, report, recorder.save)
+            failures += dispatcher.collect(recorder.save, timeout=0)
+        failures += dispatcher.collect(recorder.save)
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
     finally:
         store.finish_run(run_id, status, recorder.clocks.seen())
-    return BenchOutcome(run_id, device.type, hardware, profile.name, tuple(stored),
+    return BenchOutcome(run_id, device.type, machine.hardware, profile.name, tuple(stored),
                         recorder.measured, skipped, status == "interrupted", tuple(failures))
 
 
@@ -195,9 +211,10 @@ class Recorder:
         self.report.saved(trace)
 
 
-def _eval_config(config: BenchConfig, device: torch.device) -> EvalConfig:
-    smallest = CPU_WORKLOADS if device.type == "cpu" else None
-    return EvalConfig(device=str(device), hardware=config.hardware, baseline=config.baseline,
+def _eval_config(config: BenchConfig, device_type: str) -> EvalConfig:
+    """Each unit's configuration; the runner gives every unit a GPU of its own."""
+    smallest = CPU_WORKLOADS if device_type == "cpu" else None
+    return EvalConfig(device=device_type, hardware=config.hardware, baseline=config.baseline,
                       smallest=smallest, limits=config.limits, cache_dir=config.cache_dir)
 
 
@@ -259,23 +276,65 @@ def analyze(planned: BenchProblem, stored: StoredProblem, store: Store,
     return failures
 
 
-def run_unit(unit: Unit, config: EvalConfig, report: Reporter,
-             save: Callable[[Unit, Trace], None]) -> list[str]:
-    """Evaluate one unit in its worker and save its traces; returns what failed."""
-    address = unit.problem.address
-    config = replace(config, workloads=tuple(w.uuid for w in unit.workloads))
+@dataclass
+class Dispatcher:
+    """Hands units to the runner and records what comes back: a problem's baselines first,
+    its solutions once those are measured (their T_b then comes from the baseline cache)."""
 
-    def progress(text: str) -> None:
-        report.working_on(f"{address}: {unit.label}: {text}")
+    runner: TaskRunner
+    config: EvalConfig
+    report: Reporter
+    in_flight: dict[str, Unit] = field(default_factory=dict)  # by task key
+    held: dict[str, list[Unit]] = field(default_factory=dict)  # solutions, by problem address
+    baselines_left: dict[str, int] = field(default_factory=dict)  # by problem address
 
-    progress("starting")
-    try:
-        if unit.solution is None:
-            traces = evaluate_reference(unit.problem.problem, unit.kind, config, progress)
-        else:
-            traces = evaluate(unit.problem.problem, unit.solution, config, progress)
-    except SolforgeError as exc:
-        return [f"{address} {unit.label}: {exc}"]
-    for trace in traces:
+    def start(self, units: list[Unit]) -> None:
+        for unit in units:
+            address = unit.problem.address
+            if unit.kind is None:
+                self.held.setdefault(address, []).append(unit)
+            else:
+                self.baselines_left[address] = self.baselines_left.get(address, 0) + 1
+                self._submit(unit)
+        for address in [a for a in self.held if not self.baselines_left.get(a)]:
+            self._release(address)
+
+    def collect(self, save: Callable[[Unit, Trace], None],
+                timeout: float | None = None) -> list[str]:
+        """Record every unit that ends, waiting up to `timeout` seconds for each (None: until
+        none is left); returns what failed."""
+        failures = []
+        while (result := self.runner.next_result(timeout)) is not None:
+            unit = self.in_flight.pop(result.task.key)
+            failures += record(unit, result, save)
+            self.report.working_on(f"{unit.problem.address}: {unit.label}: done on "
+                                   f"{result.slot} in {result.seconds:.1f} s")
+            address = unit.problem.address
+            if unit.kind is not None:
+                self.baselines_left[address] -= 1
+                if self.baselines_left[address] == 0:
+                    self._release(address)
+        return failures
+
+    def _release(self, address: str) -> None:
+        for unit in self.held.pop(address, []):
+            self._submit(unit)
+
+    def _submit(self, unit: Unit) -> None:
+        key = f"{unit.problem.address}:{unit.label}"  # one unit per role and problem
+        self.in_flight[key] = unit
+        self.runner.submit(unit.task(self.config, key))
+        self.report.working_on(f"{unit.problem.address}: {unit.label}: submitted")
+
+
+def record(unit: Unit, result: TaskResult, save: Callable[[Unit, Trace], None]) -> list[str]:
+    """Save a unit's traces (a lost unit's are its failure records); returns what failed."""
+    name = f"{unit.problem.address} {unit.label}"
+    if result.error is not None:
+        return [f"{name}: {result.error}"]
+    for trace in result.traces:
         save(unit, trace)
+    if result.lost is not None:
+        return [f"{name}: its process died on each of {result.attempts} attempts (last: "
+                f"{result.lost}); saved as {Status.RUNTIME_ERROR.value}"]
     return []

@@ -19,6 +19,7 @@ from solforge.bench.run import DEFAULT_BASELINE, BenchConfig, run_bench
 from solforge.bench.summary import ProblemLine, TierLine, footnote, problem_line, tier_lines
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
+from solforge.errors import SolforgeError
 from solforge.format import duration_ms
 from solforge.harness.evaluate import resolve_device
 from solforge.harness.session import Limits
@@ -48,23 +49,32 @@ def bench_command(
                                             "C++ for ~10 s per problem)."),
     db: str = typer.Option(None, "--db", help="Database URL (default: sqlite:///solforge.db in "
                                               "the working directory; PostgreSQL by URL)."),
-    runner: str = typer.Option("local", help="Where the workers run: local."),
+    runner: str = typer.Option("local", help="Where the units run: local (one process per "
+                                             "GPU, or per core on the CPU) or ray."),
+    ray_address: str = typer.Option(None, "--ray-address",
+                                    help="With --runner ray: auto (the cluster this machine "
+                                         "belongs to) or HOST:PORT of its head node (default: "
+                                         "start a Ray instance on this machine)."),
+    workers: int = typer.Option(None, "--workers", help="Units evaluated at once (default: one "
+                                                        "per visible GPU, per core on the CPU, "
+                                                        "or the Ray cluster's GPUs / CPUs)."),
     fresh: bool = typer.Option(False, "--fresh", help="Measure again what the store holds."),
     timeout: float = typer.Option(180.0, help="Seconds allowed per workload, and for the "
                                               "import of a solution."),
 ) -> None:
     """Measure T_SOL, the baselines and every solution; store the traces; print the scores."""
-    resolved = resolve_device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    chosen = baseline or DEFAULT_BASELINE[resolved.type]
-    config = BenchConfig(device=str(resolved), hardware=hardware, baseline=chosen, fresh=fresh,
-                         limits=Limits(timeout, timeout), runner=runner,
+    device_type = _device_type(device, runner)
+    chosen = baseline or DEFAULT_BASELINE[device_type]
+    config = BenchConfig(device=device or device_type, hardware=hardware, baseline=chosen,
+                         fresh=fresh, limits=Limits(timeout, timeout), runner=runner,
+                         workers=workers, ray_address=ray_address,
                          command=shlex.join(["solforge", *sys.argv[1:]]))
     store = open_store(db)
     found = find_solutions(solution_folders(solutions or [], bundled))
     for reason in found.skipped:
         console.print(f"[yellow]not a usable solution:[/] {reason}", highlight=False)
-    problems = plan_problems(targets or [], found, resolved.type)
-    if resolved.type == "cpu":
+    problems = plan_problems(targets or [], found, device_type)
+    if device_type == "cpu":
         gpu = "" if torch.cuda.is_available() else "No CUDA GPU found. "
         console.print(f"[bold yellow]{gpu}{CPU_MODE}[/]", highlight=False)
     count = sum(len(p.solutions) for p in problems)
@@ -88,6 +98,20 @@ def bench_command(
     console.print(f"{outcome.measured} traces measured, {outcome.skipped} already stored; "
                   f"run {outcome.run_id} in {store.url} (`solforge export -o FILE` writes "
                   f"them as JSONL)", highlight=False)
+
+
+def _device_type(device: str | None, runner: str) -> str:
+    """"cuda" or "cpu". Without --device: cuda when this machine has a GPU; with Ray, cuda (the
+    runner says so when the cluster has none). Only a local device must exist here."""
+    if runner != "ray":
+        return resolve_device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type
+    try:
+        kind = torch.device(device or "cuda").type
+    except RuntimeError:
+        kind = None
+    if kind not in ("cuda", "cpu"):
+        raise SolforgeError(f"unsupported device {device!r} (cuda or cpu)")
+    return kind
 
 
 def _problem_table(lines: list[ProblemLine], profile: str) -> Table:

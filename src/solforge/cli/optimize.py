@@ -11,7 +11,8 @@ from rich.table import Table
 
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
-from solforge.problem.suite import open_problem
+from solforge.problem.problem import load_problem
+from solforge.problem.suite import address_of, open_problem, resolve_problem_dir, tier_of
 from solforge.storage import open_store
 
 console = make_console()
@@ -30,7 +31,14 @@ def optimize(
                                                 "Ollama, a hosted service)."),
     model: str = typer.Option(None, help="The model name at that endpoint."),
     db: str = typer.Option(None, help="Store URL (default: sqlite:///solforge.db)."),
-    runner: str = typer.Option("local", help="Where candidates run: local."),
+    runner: str = typer.Option("local", help="Where candidates run: local (a fresh process "
+                                             "per candidate, one slot per GPU or core) or ray."),
+    ray_address: str = typer.Option(None, "--ray-address",
+                                    help="With --runner ray: auto or HOST:PORT of the head node "
+                                         "(default: start a Ray instance on this machine)."),
+    workers: int = typer.Option(None, "--workers", help="Candidates judged at once (default: "
+                                                        "one per GPU, per core on the CPU, or "
+                                                        "the Ray cluster's)."),
     device: str = typer.Option(None, help="cuda or cpu (default: cuda when present)."),
     hardware: str = typer.Option(None, help="Profile for T_SOL (default: the GPU, or H200)."),
     output: Path = typer.Option(None, "-o", help="Where to write the best solution JSON."),
@@ -38,12 +46,14 @@ def optimize(
 ) -> None:
     """Search for faster correct kernels; keep a quality-diversity archive; write the best."""
     from solforge.forge.llm import LLMConfig
-    from solforge.forge.loop import OptimizeConfig, OptimizeError, Optimizer
+    from solforge.forge.loop import OptimizeConfig, Optimizer
+    from solforge.runners import open_runner
 
-    if runner != "local":
-        raise OptimizeError(f"runner {runner!r} is not available for optimize yet (local only)")
-    loaded = open_problem(problem)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    folder = resolve_problem_dir(problem)
+    loaded = load_problem(folder)
+    # How the runner's workers find it: a bundled tier/name, else the folder's absolute path.
+    address = address_of(folder) if tier_of(folder) else str(folder.resolve())
+    device = device or ("cuda" if runner == "ray" or torch.cuda.is_available() else "cpu")
     llm = LLMConfig(base_url=llm_base_url, model=model) if llm_base_url and model else None
     config = OptimizeConfig(budget=budget if budget or minutes else 20, minutes=minutes,
                             proposer=proposer, llm=llm, device=device, hardware=hardware,
@@ -53,8 +63,12 @@ def optimize(
                       "workload; fitness is the speedup over eager PyTorch (no SOL score)",
                       highlight=False)
     store = open_store(db)
-    outcome = Optimizer(loaded, store, config, lambda line: console.print(line, highlight=False)
-                        ).run()
+    with open_runner(runner, device, workers, ray_address) as task_runner:
+        console.print(f"judging up to {task_runner.slots} candidates at once on "
+                      f"{task_runner.machine.hardware} ({runner} runner)", highlight=False)
+        outcome = Optimizer(loaded, store, config,
+                            lambda line: console.print(line, highlight=False),
+                            runner=task_runner, address=address).run()
     console.print(f"judged {outcome.judged} candidates ({outcome.reused} already in the store, "
                   f"{outcome.hacks} reward hacks); {len(outcome.elites)} archive cells filled",
                   highlight=False)

@@ -7,9 +7,13 @@
     both       templates first, then the model builds on what they found.
 
 Every candidate is judged by the harness (the loop never times anything), described by the
-kernels it compiles to (descriptors.py), and stored (archive.py). A candidate already judged
-for this problem, by this run or another worker, is not judged again. Only a PASSED candidate
-with a fitness can become an elite; a REWARD_HACK is stored with its evidence and never does.
+kernels it compiles to (descriptors.py), and stored (archive.py). With a runner
+(solforge.runners: local slots, one per GPU or core, or a Ray cluster) candidates are judged in
+batches of as many as it has slots, each in a fresh process of its own; without one they are
+judged here, one at a time (the harness still runs each in its own worker process).
+A candidate already judged for this problem, by this run or another worker, is not judged
+again. Only a PASSED candidate with a fitness can become an elite; a REWARD_HACK is stored with
+its evidence and never does.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from solforge.problem.problem import Problem
 
 if TYPE_CHECKING:
     from solforge.forge.llm import LLMConfig
+    from solforge.runners import TaskRunner
     from solforge.store import Store
 
 PROPOSERS = ("templates", "llm", "both")
@@ -79,12 +84,21 @@ class Outcome:
 
 
 class Optimizer:
+    """`runner`, when given, judges the candidates; `address` is how its workers find the
+    problem (a bundled `tier/name`, or a folder that exists where they run)."""
+
     def __init__(self, problem: Problem, store: Store, config: OptimizeConfig,
-                 report: Callable[[str], None]) -> None:
+                 report: Callable[[str], None], runner: TaskRunner | None = None,
+                 address: str | None = None) -> None:
+        if runner is not None and address is None:
+            raise OptimizeError("a runner needs the problem's address")
         self.problem = problem
         self.store = store
         self.config = config
         self.report = report
+        self.runner = runner
+        self.address = address
+        self.parallel = runner.slots if runner is not None else 1
         self.judged = self.reused = self.hacks = 0
         self.deadline = (time.monotonic() + 60 * config.minutes) if config.minutes else None
         self.attempts: list = []
@@ -113,10 +127,12 @@ class Optimizer:
             share = self._remaining_budget(len(templates) - number)
             self.report(f"template {template.name}: searching up to {share} settings")
 
-            def objective(solution: dict[str, Any], template=template) -> float | None:
-                return self.judge(solution, f"template:{template.name}").fitness
+            def objective(solutions: list[dict[str, Any]],
+                          template=template) -> list[float | None]:
+                judged = self.judge_batch(solutions, f"template:{template.name}")
+                return [one.fitness for one in judged]
 
-            search(template, self.problem, objective, share, self.config.seed)
+            search(template, self.problem, objective, share, self.config.seed, self.parallel)
 
     def _llm(self) -> None:
         from solforge.forge.llm import LLMProposer, Parent, attempt_from_proposal
@@ -129,32 +145,83 @@ class Optimizer:
             self._check_budget()
             parents = [Parent(e.name, e.solution, e.fitness, e.latency_ms, e.descriptor)
                        for e in archive.elites(self.store, self.problem.name)]  # best first
-            for proposal in proposer.propose(self.problem, analysis, parents[:PARENTS],
-                                             self.attempts[-RECENT_ATTEMPTS:]):
+            proposals = proposer.propose(self.problem, analysis, parents[:PARENTS],
+                                         self.attempts[-RECENT_ATTEMPTS:])
+            for proposal in proposals:
                 if proposal.solution is None:
                     self.attempts.append(attempt_from_proposal(proposal))
                     proposer.record_outcome(proposal, [])
-                    continue
-                traces = self._judge_traces(proposal.solution, f"llm:{self.config.llm.model}")
+            written = [p for p in proposals if p.solution is not None][:self._budget_left()]
+            judged = self._judge_traces([p.solution for p in written],
+                                        f"llm:{self.config.llm.model}")
+            for proposal, traces in zip(written, judged):
                 proposer.record_outcome(proposal, traces)
 
     # ---- judging -----------------------------------------------------------------------------
 
     def judge(self, solution: dict[str, Any], proposer: str) -> Verdict:
         """The harness's verdict on one candidate, stored in the archive."""
-        stored = archive.find(self.store, self.problem.name, solution)
-        if stored is not None:
-            self.reused += 1
-            return Verdict(stored.status, stored.fitness, stored.fitness_kind,
-                           stored.latency_ms, stored.evidence)
-        traces = self._judge_traces(solution, proposer)
-        return verdict(traces)
+        return self.judge_batch([solution], proposer)[0]
 
-    def _judge_traces(self, solution: dict[str, Any], proposer: str) -> list[Trace]:
+    def judge_batch(self, solutions: list[dict[str, Any]], proposer: str) -> list[Verdict]:
+        """The verdicts on candidates judged side by side; those already in the store are read
+        back instead of judged again."""
+        verdicts: dict[int, Verdict] = {}
+        new: list[int] = []
+        for index, solution in enumerate(solutions):
+            stored = archive.find(self.store, self.problem.name, solution)
+            if stored is None:
+                new.append(index)
+                continue
+            self.reused += 1
+            verdicts[index] = Verdict(stored.status, stored.fitness, stored.fitness_kind,
+                                      stored.latency_ms, stored.evidence)
+        judged = self._judge_traces([solutions[index] for index in new], proposer)
+        for index, traces in zip(new, judged):
+            verdicts[index] = verdict(traces)
+        return [verdicts[index] for index in range(len(solutions))]
+
+    def _judge_traces(self, solutions: list[dict[str, Any]],
+                      proposer: str) -> list[list[Trace]]:
+        """Judge new candidates (on the runner's slots when there is one), record each."""
+        if not solutions:
+            return []
+        self._check_budget()
+        if self.runner is None:
+            measured = [evaluate(self.problem, parse_solution(solution), self._eval_config())
+                        for solution in solutions]
+        else:
+            measured = self._run_batch(solutions)
+        for solution, traces in zip(solutions, measured):
+            self._record(solution, proposer, traces)
+        return measured
+
+    def _run_batch(self, solutions: list[dict[str, Any]]) -> list[list[Trace]]:
+        """Each candidate as one unit of the runner, all submitted before any is waited for."""
+        from solforge.runners import EvalTask, failure_traces
+
+        config = replace(self._eval_config(), device=self.runner.machine.device_type)
+        tasks = {str(index): EvalTask(self.address, config, solution, key=str(index))
+                 for index, solution in enumerate(solutions)}
+        for task in tasks.values():
+            self.runner.submit(task)
+        measured: dict[str, list[Trace]] = {}
+        while len(measured) < len(tasks):
+            result = self.runner.next_result()
+            if result is None:
+                raise OptimizeError("the runner lost units it was given")
+            traces = list(result.traces)
+            if result.error is not None:  # a malformed candidate: judged as failing to build
+                traces = list(failure_traces(result.task, self.runner.machine,
+                                             Status.COMPILE_ERROR, result.error))
+            self.report(f"{result.task.label}: judged on {result.slot} in "
+                        f"{result.seconds:.1f} s")
+            measured[result.task.key] = traces
+        return [measured[key] for key in tasks]
+
+    def _record(self, solution: dict[str, Any], proposer: str, traces: list[Trace]) -> None:
         from solforge.forge.llm import attempt_from_traces
 
-        self._check_budget()
-        traces = evaluate(self.problem, parse_solution(solution), self._eval_config())
         self.judged += 1
         judged = verdict(traces)
         self.attempts.append(attempt_from_traces(solution, traces))
@@ -174,7 +241,6 @@ class Optimizer:
             self._announce(record, judged)
         else:
             self.report(f"{record.name}: {judged.status}")
-        return traces
 
     def _describe(self, solution: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         from solforge.forge.capture import DescriptorError
@@ -217,11 +283,13 @@ class Optimizer:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise _Exhausted
 
-    def _remaining_budget(self, templates_left: int) -> int:
+    def _budget_left(self) -> int:
         if self.config.budget is None:
             return 10_000  # the time limit stops the search
-        left = max(self.config.budget - self.judged, 0)
-        return max(1, left // templates_left)
+        return max(self.config.budget - self.judged, 0)
+
+    def _remaining_budget(self, templates_left: int) -> int:
+        return max(1, self._budget_left() // templates_left)
 
 
 def _profile(config: OptimizeConfig):

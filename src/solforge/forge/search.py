@@ -11,9 +11,12 @@ be correct) is ever rendered, compiled or run. Then:
   setting is what gets scored and recorded in the study, so the sampler learns from settings
   that were really measured, and every proposal costs exactly one evaluation.
 
-The caller supplies the objective: `objective(solution_dict) -> float | None`, higher is
-better (the harness's score of the rendered candidate), None for a candidate that failed.
-This module never times anything itself.
+The caller supplies the objective, which scores a batch: `objective([solution_dict, ...]) ->
+[float | None, ...]`, higher is better (the harness's score of each rendered candidate), None
+for a candidate that failed. A batch holds up to `parallel` settings, so a runner with several
+slots (GPUs, cores, a Ray cluster) judges them side by side; TPE then has `parallel` trials
+asked before any is told (Optuna's ask/tell allows that), and the exhaustive path walks the
+space `parallel` settings at a time. This module never times anything itself.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from solforge.problem.problem import Problem
 EXHAUSTIVE_LIMIT = 32
 SCORED, FAILED = "scored", "failed"
 
-Objective = Callable[[dict[str, Any]], float | None]
+Objective = Callable[[list[dict[str, Any]]], list[float | None]]
 
 
 @dataclass(frozen=True)
@@ -45,12 +48,18 @@ def valid_space(template: Template, problem: Problem) -> list[dict[str, ParamVal
 
 
 def search(template: Template, problem: Problem, objective: Objective, budget: int,
-           seed: int = 0) -> list[Trial]:
-    """Up to `budget` trials of distinct valid settings, in the order they were evaluated."""
+           seed: int = 0, parallel: int = 1) -> list[Trial]:
+    """Up to `budget` trials of distinct valid settings, in the order they were evaluated,
+    judged `parallel` at a time."""
+    if parallel < 1:
+        raise ValueError(f"parallel={parallel}: at least one evaluation at a time")
     space = valid_space(template, problem)
     if len(space) <= min(EXHAUSTIVE_LIMIT, budget):
-        return [score_setting(template, problem, objective, params) for params in space]
-    return _tpe_search(template, problem, objective, space, budget, seed)
+        trials: list[Trial] = []
+        for start in range(0, len(space), parallel):
+            trials += score_settings(template, problem, objective, space[start:start + parallel])
+        return trials
+    return _tpe_search(template, problem, objective, space, budget, seed, parallel)
 
 
 def best_trial(trials: Sequence[Trial]) -> Trial | None:
@@ -58,15 +67,19 @@ def best_trial(trials: Sequence[Trial]) -> Trial | None:
     return max(scored, key=lambda trial: trial.value, default=None)
 
 
-def score_setting(template: Template, problem: Problem, objective: Objective,
-                  params: Params) -> Trial:
-    """Render one setting and hand it to the objective."""
-    value = objective(template.render(params, problem))
-    return Trial(dict(params), value, FAILED if value is None else SCORED)
+def score_settings(template: Template, problem: Problem, objective: Objective,
+                   settings: Sequence[Params]) -> list[Trial]:
+    """Render a batch of settings and hand them to the objective together."""
+    values = objective([template.render(params, problem) for params in settings])
+    if len(values) != len(settings):
+        raise ValueError(f"the objective scored {len(values)} of {len(settings)} candidates")
+    return [Trial(dict(params), value, FAILED if value is None else SCORED)
+            for params, value in zip(settings, values)]
 
 
 def _tpe_search(template: Template, problem: Problem, objective: Objective,
-                space: list[dict[str, ParamValue]], budget: int, seed: int) -> list[Trial]:
+                space: list[dict[str, ParamValue]], budget: int, seed: int,
+                parallel: int) -> list[Trial]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -77,20 +90,31 @@ def _tpe_search(template: Template, problem: Problem, objective: Objective,
     untried = list(space)
     trials: list[Trial] = []
     while untried and len(trials) < budget:
-        asked = study.ask(distributions)
-        chosen = _nearest(template, asked.params, untried)
-        untried.remove(chosen)
-        trial = score_setting(template, problem, objective, chosen)
-        trials.append(trial)
-        state = (optuna.trial.TrialState.COMPLETE if trial.status == SCORED
-                 else optuna.trial.TrialState.FAIL)
-        if chosen == asked.params:
-            study.tell(asked, trial.value, state=state)
-            continue
-        study.tell(asked, state=optuna.trial.TrialState.FAIL)
-        study.add_trial(optuna.trial.create_trial(params=chosen, distributions=distributions,
-                                                  value=trial.value, state=state))
+        asked, chosen = [], []
+        while untried and len(chosen) < min(parallel, budget - len(trials)):
+            asked.append(study.ask(distributions))
+            chosen.append(_nearest(template, asked[-1].params, untried))
+            untried.remove(chosen[-1])
+        batch = score_settings(template, problem, objective, chosen)
+        for question, trial in zip(asked, batch):
+            _tell(study, question, trial, distributions)
+        trials += batch
     return trials
+
+
+def _tell(study: Any, asked: Any, trial: Trial, distributions: dict[str, Any]) -> None:
+    """Record a measured setting in the study: on the asked trial when it is what was measured,
+    else as a trial of its own (and the asked one as failed, so it is not proposed again)."""
+    import optuna
+
+    state = (optuna.trial.TrialState.COMPLETE if trial.status == SCORED
+             else optuna.trial.TrialState.FAIL)
+    if trial.params == asked.params:
+        study.tell(asked, trial.value, state=state)
+        return
+    study.tell(asked, state=optuna.trial.TrialState.FAIL)
+    study.add_trial(optuna.trial.create_trial(params=trial.params, distributions=distributions,
+                                              value=trial.value, state=state))
 
 
 def _nearest(template: Template, proposed: Params,

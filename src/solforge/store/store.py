@@ -1,20 +1,28 @@
 """Read and write the results store: every call commits, so an interrupted bench keeps all it
-measured, and `has_trace` lets a rerun skip finished work."""
+measured, and `has_trace` lets a rerun skip finished work.
+
+Several processes, on several machines, may write one store at once (optimizers sharing a
+PostgreSQL archive). Every row that has a natural key is unique in the schema, so no race can
+duplicate it; the writer that loses a race gets an IntegrityError and reads (or updates) the
+row the winner wrote, so no race fails or loses a write either. The tables of a new database
+are created IF NOT EXISTS, and on PostgreSQL under an advisory lock.
+"""
 
 from __future__ import annotations
 
 import datetime
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import create_engine, select
+from sqlalchemy import Engine, Select, create_engine, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from solforge.errors import SolforgeError
 from solforge.harness.trace import Trace
@@ -32,6 +40,8 @@ from solforge.store.schema import (
 )
 
 DEFAULT_URL = "sqlite:///solforge.db"
+SCHEMA_LOCK_KEY = 0x50F0F0C6  # the PostgreSQL advisory lock held while tables are created
+SQLITE_BUSY_TIMEOUT_S = 60.0  # how long a SQLite writer waits for another process's commit
 
 RowT = TypeVar("RowT", bound=Base)
 
@@ -80,8 +90,11 @@ class Store:
     def __init__(self, url: str | None = None) -> None:
         self.url = url or DEFAULT_URL
         try:
-            engine = create_engine(make_url(self.url))
-            Base.metadata.create_all(engine)
+            parsed = make_url(self.url)
+            options = ({"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+                       if parsed.get_backend_name() == "sqlite" else {})
+            engine = create_engine(parsed, **options)
+            create_tables(engine)
         except (ArgumentError, OperationalError, ModuleNotFoundError) as exc:
             raise StoreError(f"cannot open the store {self.url!r}: {exc}") from None
         self.engine = engine
@@ -117,45 +130,38 @@ class Store:
     # ---- problems, workloads, analyses, solutions -------------------------------------------
 
     def problem_id(self, address: str, problem: Problem, tier: str | None) -> int:
-        with self.session() as s:
-            row = s.scalar(select(ProblemRow).where(ProblemRow.address == address))
-            if row is None:
-                row = ProblemRow(address=address, name=problem.name, tier=tier,
-                                 op_type=problem.definition.op_type,
-                                 definition=problem.definition.to_dict())
-                s.add(row)
-                s.flush()
-            return row.id
+        return self._get_or_create(
+            select(ProblemRow.id).where(ProblemRow.address == address),
+            lambda: ProblemRow(address=address, name=problem.name, tier=tier,
+                               op_type=problem.definition.op_type,
+                               definition=problem.definition.to_dict()))
 
     def workload_id(self, problem_id: int, workload: Workload, axes: dict[str, int]) -> int:
         return self._workload_id(problem_id, workload.uuid, axes)
 
     def _workload_id(self, problem_id: int, uuid: str, axes: dict[str, Any]) -> int:
-        with self.session() as s:
-            row = s.scalar(select(WorkloadRow).where(WorkloadRow.problem_id == problem_id,
-                                                     WorkloadRow.uuid == uuid))
-            if row is None:
-                row = WorkloadRow(problem_id=problem_id, uuid=uuid, axes=axes)
-                s.add(row)
-                s.flush()
-            return row.id
+        return self._get_or_create(
+            select(WorkloadRow.id).where(WorkloadRow.problem_id == problem_id,
+                                         WorkloadRow.uuid == uuid),
+            lambda: WorkloadRow(problem_id=problem_id, uuid=uuid, axes=axes))
 
     def save_analysis(self, workload_id: int, analysis: dict[str, Any]) -> None:
         """Keep one analysis per (workload, hardware, fp32 policy); a newer one replaces it."""
-        with self.session() as s:
-            row = s.scalar(select(AnalysisRow).where(
-                AnalysisRow.workload_id == workload_id,
-                AnalysisRow.hardware == analysis["hardware"],
-                AnalysisRow.fp32_policy == analysis["fp32_policy"]))
-            if row is None:
-                row = AnalysisRow(workload_id=workload_id, hardware=analysis["hardware"],
-                                  fp32_policy=analysis["fp32_policy"])
-                s.add(row)
+
+        def fill(row: AnalysisRow) -> None:
             row.t_sol_ms = analysis["t_sol_ms"]
             row.bound = analysis["bound"]
             row.flops = float(sum(analysis["flops"].values()))
             row.bytes_fused = analysis["bytes_fused"]
             row.details = analysis
+
+        self._upsert(
+            select(AnalysisRow).where(AnalysisRow.workload_id == workload_id,
+                                      AnalysisRow.hardware == analysis["hardware"],
+                                      AnalysisRow.fp32_policy == analysis["fp32_policy"]),
+            lambda: AnalysisRow(workload_id=workload_id, hardware=analysis["hardware"],
+                                fp32_policy=analysis["fp32_policy"]),
+            fill)
 
     def has_analysis(self, workload_id: int, hardware: str, fp32_policy: str) -> bool:
         with self.session() as s:
@@ -174,17 +180,13 @@ class Store:
 
     def solution_id(self, solution: dict[str, Any]) -> int:
         digest = solution_hash(solution)
-        with self.session() as s:
-            row = s.scalar(select(SolutionRow).where(SolutionRow.source_hash == digest))
-            if row is None:
-                spec = solution.get("spec", {})
-                row = SolutionRow(source_hash=digest, name=solution.get("name", "?"),
-                                  definition=solution.get("definition", ""),
-                                  author=solution.get("author", ""),
-                                  languages=list(spec.get("languages", [])), solution=solution)
-                s.add(row)
-                s.flush()
-            return row.id
+        spec = solution.get("spec", {})
+        return self._get_or_create(
+            select(SolutionRow.id).where(SolutionRow.source_hash == digest),
+            lambda: SolutionRow(source_hash=digest, name=solution.get("name", "?"),
+                                definition=solution.get("definition", ""),
+                                author=solution.get("author", ""),
+                                languages=list(spec.get("languages", [])), solution=solution))
 
     # ---- traces ----------------------------------------------------------------------------
 
@@ -201,14 +203,8 @@ class Store:
         evaluation = trace["evaluation"]
         performance = evaluation.get("performance") or {}
         baseline = evaluation.get("baseline") or {}
-        with self.session() as s:
-            row = s.scalar(select(TraceRow).where(
-                TraceRow.workload_id == workload_id, TraceRow.solution_id == solution_id,
-                TraceRow.device == device, TraceRow.hardware == hardware))
-            if row is None:
-                row = TraceRow(workload_id=workload_id, solution_id=solution_id,
-                               device=device, hardware=hardware)
-                s.add(row)
+
+        def fill(row: TraceRow) -> None:
             row.run_id = run_id
             row.status = evaluation["status"]
             row.latency_ms = performance.get("latency_ms")
@@ -218,6 +214,14 @@ class Store:
             row.t_sol_ms = evaluation.get("t_sol_ms")
             row.sol_score = evaluation.get("sol_score")
             row.record = trace
+
+        self._upsert(
+            select(TraceRow).where(TraceRow.workload_id == workload_id,
+                                   TraceRow.solution_id == solution_id,
+                                   TraceRow.device == device, TraceRow.hardware == hardware),
+            lambda: TraceRow(workload_id=workload_id, solution_id=solution_id, device=device,
+                             hardware=hardware),
+            fill)
 
     def find_traces(self, workload_ids: list[int], solution_ids: list[int], device: str,
                     hardware: str) -> list[TraceRow]:
@@ -271,12 +275,10 @@ class Store:
         folder = bundled_problem_dir(name)
         if folder is not None:
             return self.problem_id(address_of(folder), load_problem(folder), tier_of(folder))
-        with self.session() as s:
-            row = ProblemRow(address=name, name=name, tier=None, op_type="",
-                             definition={"name": name})
-            s.add(row)
-            s.flush()
-            return row.id
+        return self._get_or_create(
+            select(ProblemRow.id).where(ProblemRow.address == name),
+            lambda: ProblemRow(address=name, name=name, tier=None, op_type="",
+                               definition={"name": name}))
 
     def _solution_named(self, name: str, definition: str) -> int:
         """The newest stored solution with this name for this definition, else a new row that
@@ -289,6 +291,47 @@ class Store:
             return found
         return self.solution_id({"name": name, "definition": definition})
 
+    # ---- writes that race with other processes ------------------------------------------------
+
+    def _get_or_create(self, find: Select, make: Callable[[], Base]) -> int:
+        """The id that `find` selects, or the id of a new row from `make`. When another
+        process inserts the same row between the look and the insert, the unique constraint
+        rejects this one, and the winner's row is the answer."""
+        with self.session() as s:
+            found = s.scalar(find)
+        if found is not None:
+            return found
+        try:
+            with self.session() as s:
+                row = make()
+                s.add(row)
+                s.flush()
+                return row.id
+        except IntegrityError:
+            with self.session() as s:
+                found = s.scalar(find)
+            if found is None:  # the constraint that failed was not this row's key
+                raise
+            return found
+
+    def _upsert(self, find: Select, make: Callable[[], RowT],
+                fill: Callable[[RowT], None]) -> None:
+        """Fill the row `find` selects, or a new one from `make`; when another process inserts
+        the same row first, fill that one (the last write wins, as in one process)."""
+        try:
+            self._fill_row(find, make, fill)
+        except IntegrityError:
+            self._fill_row(find, make, fill)
+
+    def _fill_row(self, find: Select, make: Callable[[], RowT],
+                  fill: Callable[[RowT], None]) -> None:
+        with self.session() as s:
+            row = s.scalar(find)
+            if row is None:
+                row = make()
+                s.add(row)
+            fill(row)
+
     # ---- reading whole tables (the report) ---------------------------------------------------
 
     def rows(self, table: type[RowT]) -> list[RowT]:
@@ -296,3 +339,18 @@ class Store:
         TraceRow), oldest first, detached from the session: relationships are not loaded."""
         with self.session() as s:
             return list(s.scalars(select(table).order_by(table.id)))
+
+
+def create_tables(engine: Engine) -> None:
+    """Create the tables (and indexes) a database lacks. Each statement says IF NOT EXISTS, so
+    processes that open a new SQLite file together do not collide; on PostgreSQL, where
+    concurrent CREATE TABLEs can still collide in its catalog, they also take turns under an
+    advisory lock."""
+    with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                               {"key": SCHEMA_LOCK_KEY})
+        for table in Base.metadata.sorted_tables:
+            connection.execute(CreateTable(table, if_not_exists=True))
+            for index in table.indexes:
+                connection.execute(CreateIndex(index, if_not_exists=True))

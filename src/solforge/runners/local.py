@@ -1,0 +1,161 @@
+"""The local runner: a pool of slots on this machine, one fresh process per unit.
+
+A slot is one visible GPU (the unit's process sees only it, through CUDA_VISIBLE_DEVICES) or,
+in CPU mode, one core. Each unit runs in a new interpreter (`python -m solforge.runners.unit`)
+that lives as long as the unit: a crash, a leak or a kill -9 ends that process alone, its slot
+goes back to the pool and the unit is started again (see base.py). Inside, the harness starts
+the candidate's own worker process as it always does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from solforge.errors import SolforgeError
+from solforge.harness.evaluate import resolve_device
+from solforge.harness.process import describe_exit, kill_group, python_command, python_env
+from solforge.runners.base import (
+    DEFAULT_RETRIES,
+    Attempt,
+    Ended,
+    Outcome,
+    TaskRunner,
+    describe_machine,
+)
+
+STOP_GRACE_S = 5.0  # after SIGTERM, a unit has this long to end its candidate's processes
+LOG_TAIL_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Slot:
+    name: str  # "cuda:<id>" or "cpu:<n>"
+    env: dict[str, str]  # what the unit's process gets on top of this process's environment
+
+
+@dataclass(frozen=True)
+class RunningUnit:
+    attempt: Attempt
+    slot: int  # index into the runner's slots
+    process: subprocess.Popen
+    task_file: Path
+    result_file: Path
+    log_file: Path
+    started: float  # time.monotonic()
+
+    def outcome(self) -> Outcome | None:
+        """The unit's result, or None when its process died before writing a whole one."""
+        if self.process.returncode != 0 or not self.result_file.is_file():
+            return None
+        return pickle.loads(self.result_file.read_bytes())
+
+    def loss(self) -> str:
+        tail = self.log_file.read_text(errors="replace")[-LOG_TAIL_CHARS:].strip()
+        died = f"the unit's process {describe_exit(self.process.returncode)}"
+        return f"{died}; its output ends with: {tail}" if tail else died
+
+    def remove_files(self) -> None:
+        for path in (self.task_file, self.result_file, self.log_file):
+            path.unlink(missing_ok=True)
+
+
+def gpu_slots(device: torch.device, workers: int | None) -> list[Slot]:
+    """One slot per visible GPU (only the named one for `cuda:N`), at most `workers`."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = ([i.strip() for i in visible.split(",") if i.strip()] if visible is not None
+           else [str(i) for i in range(torch.cuda.device_count())])
+    if device.index is not None:
+        ids = ids[device.index:device.index + 1]
+    if not ids:
+        raise SolforgeError(f"--device {device}: no such GPU is visible")
+    if workers is not None and workers > len(ids):
+        raise SolforgeError(f"--workers {workers}: only {len(ids)} GPU(s) visible; one "
+                            "evaluation per GPU, so timings never share a device")
+    chosen = ids[:workers] if workers else ids
+    return [Slot(f"cuda:{gpu}", {"CUDA_VISIBLE_DEVICES": gpu}) for gpu in chosen]
+
+
+def cpu_slots(workers: int | None) -> list[Slot]:
+    """One slot per core, or `workers`; the cores are shared out as torch threads."""
+    cores = os.cpu_count() or 1
+    count = workers or cores
+    threads = {} if "OMP_NUM_THREADS" in os.environ else {
+        "OMP_NUM_THREADS": str(max(1, cores // count))}
+    return [Slot(f"cpu:{n}", threads) for n in range(count)]
+
+
+class LocalRunner(TaskRunner):
+    def __init__(self, device: str, workers: int | None = None,
+                 retries: int = DEFAULT_RETRIES) -> None:
+        resolve_device(device)  # no CUDA device at all, or not cuda|cpu: a clear error first
+        requested = torch.device(device)
+        self._slots = (gpu_slots(requested, workers) if requested.type == "cuda"
+                       else cpu_slots(workers))
+        super().__init__(describe_machine(device), len(self._slots), retries,
+                         in_flight=len(self._slots))
+        self._free = list(range(len(self._slots)))
+        self._folder = Path(tempfile.mkdtemp(prefix="solforge-units-"))  # mode 0700
+        self._ended: queue.Queue[int] = queue.Queue()
+        self._units: dict[int, RunningUnit] = {}
+        self._started = 0
+
+    def _start(self, attempt: Attempt) -> None:
+        slot = self._free.pop(0)
+        self._started += 1
+        number = self._started
+        files = [self._folder / f"{number}.{kind}" for kind in ("task", "result", "log")]
+        task_file, result_file, log_file = files
+        task_file.write_bytes(pickle.dumps(attempt.task))
+        env = {**python_env(dict(os.environ)), **self._slots[slot].env}
+        argv = python_command("solforge.runners.unit", str(task_file), str(result_file))
+        with log_file.open("wb") as log:
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, env=env,
+                                       start_new_session=True)
+        self._units[number] = RunningUnit(attempt, slot, process, task_file, result_file,
+                                          log_file, time.monotonic())
+        threading.Thread(target=self._watch, args=(number, process), daemon=True).start()
+
+    def _watch(self, number: int, process: subprocess.Popen) -> None:
+        process.wait()
+        self._ended.put(number)
+
+    def _wait_any(self, timeout: float | None) -> tuple[Attempt, Ended] | None:
+        try:
+            number = self._ended.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        unit = self._units.pop(number)
+        self._free.append(unit.slot)
+        seconds = time.monotonic() - unit.started
+        name = self._slots[unit.slot].name
+        outcome = unit.outcome()
+        reason = "" if outcome is not None else unit.loss()
+        unit.remove_files()
+        return unit.attempt, Ended(outcome, reason, name, seconds)
+
+    def _stop_all(self) -> None:
+        """SIGTERM every unit (it closes its candidate's worker on the way out), then SIGKILL
+        whatever is left after the grace period."""
+        for unit in self._units.values():
+            with contextlib.suppress(ProcessLookupError):
+                unit.process.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for unit in self._units.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                unit.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            kill_group(unit.process)
+        self._units.clear()
+        shutil.rmtree(self._folder, ignore_errors=True)

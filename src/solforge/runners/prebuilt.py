@@ -1,0 +1,82 @@
+"""The compile step as a task of its own: build a C++/CUDA solution on a CPU worker and carry
+the built extension to the GPU worker that evaluates it (KernelFoundry's split between compiler
+and GPU workers).
+
+The harness builds a solution into `<cache>/builds/<name>-<hash of its sources>/` and skips the
+compile when that folder already holds the library (harness/build.py). So the compile task runs
+`build_solution` where it is, sends back the library's bytes, and the GPU worker writes them to
+the same place in its own cache before `evaluate`, which finds the build done: no GPU is held
+while a compiler runs. A compile that fails never reaches a GPU: its status and the compiler's
+message come back instead and become the unit's traces.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from solforge.harness.build import BuildFailure, build_solution
+from solforge.harness.evaluate import EvalConfig, default_cache_dir
+from solforge.harness.solution import SolutionError, parse_solution
+from solforge.harness.trace import Status
+from solforge.runners.base import EvalTask
+
+BUILDS = "builds"  # the folder of the harness cache that holds builds (EvaluationRun.candidate)
+
+
+@dataclass(frozen=True)
+class Prebuilt:
+    folder: str  # the build folder's name under <cache>/builds
+    library: str  # the extension's path inside that folder
+    content: bytes
+    seconds: float  # the compile (0 when the compile task found it built)
+
+
+@dataclass(frozen=True)
+class BuildRefused:
+    status: Status  # COMPILE_ERROR, TIMEOUT, or RUNTIME_ERROR (cannot run on this device)
+    message: str
+    seconds: float
+
+
+def needs_build(task: EvalTask) -> bool:
+    """A C++/CUDA solution; a malformed one is left to the unit, which reports why."""
+    if task.solution is None:
+        return False
+    try:
+        return parse_solution(task.solution).is_cpp
+    except SolutionError:
+        return False
+
+
+def build_unit(task: EvalTask) -> Prebuilt | BuildRefused:
+    """Build the unit's solution here, as the harness would before evaluating it."""
+    start = time.perf_counter()
+    solution = parse_solution(task.solution)
+    device_type = torch.device(task.config.device).type
+    try:
+        build = build_solution(solution, _builds(task.config), device_type,
+                               task.config.compile_timeout_s)
+    except BuildFailure as failure:
+        return BuildRefused(failure.status, failure.message, time.perf_counter() - start)
+    library = build.library.relative_to(build.folder).as_posix()
+    return Prebuilt(build.folder.name, library, build.library.read_bytes(), build.seconds)
+
+
+def install(prebuilt: Prebuilt, config: EvalConfig) -> Path:
+    """Put the library where `evaluate` looks for it; nothing to do where it was built."""
+    target = _builds(config) / prebuilt.folder / prebuilt.library
+    if target.is_file() and target.read_bytes() == prebuilt.content:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".part")
+    partial.write_bytes(prebuilt.content)
+    partial.replace(target)  # another unit loading the library never sees half of it
+    return target
+
+
+def _builds(config: EvalConfig) -> Path:
+    return (config.cache_dir or default_cache_dir()) / BUILDS

@@ -1,0 +1,356 @@
+"""The runners on the CPU: local processes and a real Ray cluster (a 2-CPU head node started
+here, on loopback), each evaluating honest fixtures on rmsnorm_small (Triton through its
+interpreter); a unit whose process is killed with SIGKILL mid-task, retried then recorded as
+failed; the C++ build handed from a CPU task to the evaluating task; and `solforge bench`
+dispatching through both runners without losing a trace."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from harness_corpus import HONEST, PROBLEMS, short_limits
+from typer.testing import CliRunner
+
+from solforge.bench import BenchConfig, find_solutions, open_store, plan_problems, run_bench
+from solforge.cli import app
+from solforge.errors import SolforgeError
+from solforge.harness.evaluate import EvalConfig
+from solforge.harness.solution import load_solution, solution_from_python
+from solforge.harness.trace import Status
+from solforge.runners import EvalTask, TaskResult, open_runner
+from solforge.runners.prebuilt import Prebuilt, build_unit, install
+from solforge.runners.unit import execute
+from solforge.store.schema import TraceRow
+
+SMALL = str(PROBLEMS / "rmsnorm_small")
+KILLS_DRIVER = PROBLEMS / "kills_driver" / "solution.py"
+KILLS_DRIVER_ONCE = PROBLEMS / "kills_driver_once" / "solution.py"
+RAY_START_S = 60.0
+# A loopback address Ray does not rewrite: it replaces 127.0.0.1 with the machine's own address.
+RAY_HOST = "127.0.0.2"
+
+
+def _solution(path: Path) -> dict:
+    """A fixture as solution JSON, named after its folder (a bare .py file names none)."""
+    if path.suffix == ".py":
+        return solution_from_python(path.read_text(), path.parent.name, "rmsnorm_small").to_dict()
+    return load_solution(path, "rmsnorm_small").to_dict()
+
+
+def _config(cache: Path) -> EvalConfig:
+    return EvalConfig(device="cpu", baseline="eager", smallest=1, limits=short_limits(),
+                      cache_dir=cache)
+
+
+def _run(runner_kind: str, tasks: list[EvalTask], **options) -> dict[str, TaskResult]:
+    with open_runner(runner_kind, "cpu", workers=2, **options) as runner:
+        for task in tasks:
+            runner.submit(task)
+        results = {result.task.key: result for result in runner.results()}
+        assert runner.pending == 0
+    return results
+
+
+def _statuses(result: TaskResult) -> list[str]:
+    return [trace.evaluation.status.value for trace in result.traces]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    """A Ray head node with 2 CPUs on loopback (token authentication, no usage reports), the
+    way a cluster's head is started; stopped by its process id afterwards. The token is in
+    the environment before Ray is first imported: Ray reads its authentication mode then."""
+    port = _free_port()
+    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
+               "--port", str(port), "--node-ip-address", RAY_HOST, "--num-cpus", "2",
+               "--num-gpus", "0", "--include-dashboard=false",
+               "--dashboard-port", str(_free_port()), "--object-store-memory", "200000000",
+               "--disable-usage-stats"]
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        pytest.importorskip("ray", reason="the Ray tests need Ray: pip install 'solforge[ray]'")
+        head = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            _wait_for_port(port, head)
+            yield f"{RAY_HOST}:{port}"
+        finally:
+            head.send_signal(signal.SIGTERM)  # `ray start --block` stops its node's processes
+            try:
+                head.wait(timeout=RAY_START_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(head.pid, signal.SIGKILL)
+                head.wait()
+
+
+def _wait_for_port(port: int, head: subprocess.Popen) -> None:
+    deadline = time.monotonic() + RAY_START_S
+    while time.monotonic() < deadline:
+        if head.poll() is not None:
+            pytest.fail(f"ray start --head exited with code {head.returncode}")
+        with socket.socket() as probe:
+            if probe.connect_ex((RAY_HOST, port)) == 0:
+                return
+        time.sleep(0.2)
+    pytest.fail(f"the Ray head node did not listen on port {port} within {RAY_START_S:g} s")
+
+
+# -- the interface -----------------------------------------------------------------------------
+
+def test_a_unit_is_a_solution_or_a_baseline(tmp_path):
+    config = _config(tmp_path)
+    assert EvalTask(SMALL, config, baseline="eager").label == "reference:eager"
+    assert EvalTask(SMALL, config, solution={"name": "fast"}).label == "fast"
+    for roles in ({}, {"baseline": "eager", "solution": {"name": "fast"}}):
+        with pytest.raises(SolforgeError, match="either a solution or a baseline"):
+            EvalTask(SMALL, config, **roles)
+    with pytest.raises(SolforgeError, match="unknown baseline kind"):
+        EvalTask(SMALL, config, baseline="best")
+
+
+def test_bad_runner_choices_are_refused_clearly():
+    for kind, options, phrase in (("slurm", {}, "unknown; the runners are local, ray"),
+                                  ("local", {"workers": 0}, "at least one worker"),
+                                  ("local", {"ray_address": "auto"}, "only for --runner ray")):
+        with pytest.raises(SolforgeError, match=phrase):
+            open_runner(kind, "cpu", **options)
+    if not os.environ.get("CUDA_VISIBLE_DEVICES") and not _has_gpu():
+        with pytest.raises(SolforgeError, match="no CUDA device"):
+            open_runner("local", "cuda")
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# -- the local runner --------------------------------------------------------------------------
+
+def test_local_runner_runs_units_side_by_side_and_hands_each_back_when_done(tmp_path):
+    config = _config(tmp_path / "cache")
+    tasks = [EvalTask(SMALL, config, baseline="eager", key="eager"),
+             EvalTask(SMALL, config, solution=_solution(HONEST / "pytorch_rmsnorm" /
+                                                        "solution.py"), key="pytorch"),
+             EvalTask(SMALL, config, solution=_solution(HONEST / "triton_rmsnorm" /
+                                                        "solution.json"), key="triton"),
+             EvalTask("l9/no_such_problem", config, baseline="eager", key="missing")]
+    with open_runner("local", "cpu", workers=2) as runner:
+        assert runner.slots == 2 and runner.machine.device_type == "cpu"
+        for task in tasks:
+            runner.submit(task)
+        assert runner.next_result(timeout=0) is None  # nothing ends at once
+        results = {result.task.key: result for result in runner.results()}
+    for key in ("eager", "pytorch", "triton"):
+        assert _statuses(results[key]) == ["PASSED"], results[key]
+        assert results[key].attempts == 1 and results[key].seconds > 0
+    assert {results[key].slot for key in results} == {"cpu:0", "cpu:1"}
+    missing = results["missing"]
+    assert missing.traces == () and "neither a problem folder" in missing.error
+
+
+@pytest.mark.parametrize("runner_kind", ["local", "ray"])
+def test_a_unit_whose_process_is_killed_is_retried_then_recorded_as_failed(
+        runner_kind, tmp_path, request):
+    options = ({"ray_address": request.getfixturevalue("ray_address")}
+               if runner_kind == "ray" else {})
+    config = _config(tmp_path / "cache")
+    tasks = [EvalTask(SMALL, config, solution=_solution(KILLS_DRIVER), key="always"),
+             EvalTask(SMALL, config, solution=_solution(KILLS_DRIVER_ONCE), key="once"),
+             EvalTask(SMALL, config, solution=_solution(HONEST / "triton_rmsnorm" /
+                                                        "solution.json"), key="honest")]
+    results = _run(runner_kind, tasks, **options)
+    assert _statuses(results["honest"]) == ["PASSED"] and results["honest"].attempts == 1
+    assert _statuses(results["once"]) == ["PASSED"] and results["once"].attempts == 2
+    always = results["always"]
+    assert always.attempts == 2 and always.error is None
+    assert ("SIGKILL" if runner_kind == "local" else "WorkerCrashedError") in always.lost
+    [trace] = always.traces  # one per workload it was to evaluate, each saying why
+    assert trace.evaluation.status is Status.RUNTIME_ERROR
+    assert trace.solution == "kills_driver" and trace.workload["uuid"] == "small-t8"
+    assert "died on every attempt (attempt 1:" in trace.evaluation.log
+
+
+# -- the compile step as its own task ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cpp_build(tmp_path_factory) -> tuple[Path, dict, Prebuilt]:
+    """The honest C++ RMSNorm built once, by the compile task's own function."""
+    cache = tmp_path_factory.mktemp("cpp-cache")
+    solution = json.loads((HONEST / "cpp_rmsnorm" / "solution.json").read_text())
+    prebuilt = build_unit(EvalTask(SMALL, _config(cache), solution=solution))
+    assert isinstance(prebuilt, Prebuilt), prebuilt
+    return cache, solution, prebuilt
+
+
+def test_an_installed_build_is_evaluated_without_compiling_again(cpp_build, tmp_path):
+    _, solution, prebuilt = cpp_build
+    no_time_to_compile = replace(_config(tmp_path / "gpu-node"), compile_timeout_s=0.001)
+    task = EvalTask(SMALL, no_time_to_compile, solution=solution)
+    assert execute(task).traces[0].evaluation.status is Status.TIMEOUT  # it would compile
+    fresh = replace(task, config=replace(no_time_to_compile, cache_dir=tmp_path / "other"))
+    install(prebuilt, fresh.config)
+    assert [t.evaluation.status for t in execute(fresh).traces] == [Status.PASSED]
+
+
+def test_ray_builds_cpp_in_a_cpu_task_and_a_failed_build_never_reaches_evaluation(
+        cpp_build, ray_address):
+    cache, solution, _ = cpp_build
+    broken = json.loads(json.dumps(solution))
+    broken["name"] = "broken_cpp"
+    broken["sources"][0]["content"] += "\nthis is not C++;\n"
+    config = _config(cache)
+    results = _run("ray", [EvalTask(SMALL, config, solution=solution, key="built"),
+                           EvalTask(SMALL, config, solution=broken, key="broken")],
+                   ray_address=ray_address)
+    built, refused = results["built"], results["broken"]
+    assert _statuses(built) == ["PASSED"] and built.build_seconds is not None
+    assert built.slot.startswith(f"ray:{RAY_HOST}")
+    assert _statuses(refused) == ["COMPILE_ERROR"] and refused.slot == "ray (compile)"
+    assert "this is not C++" in refused.traces[0].evaluation.log  # the compiler's message
+
+
+# -- solforge bench through the runners --------------------------------------------------------
+
+@pytest.fixture
+def solutions(tmp_path) -> Path:
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    for path in (HONEST / "pytorch_rmsnorm" / "solution.py", KILLS_DRIVER):
+        (folder / f"{path.parent.name}.json").write_text(json.dumps(_solution(path)))
+    return folder
+
+
+def test_bench_saves_every_trace_and_records_a_lost_unit_as_failed(tmp_path, solutions):
+    store = open_store(f"sqlite:///{tmp_path / 'bench.db'}")
+    problems = plan_problems([SMALL], find_solutions([solutions]), "cpu")
+    config = BenchConfig(device="cpu", baseline="eager", limits=short_limits(),
+                         cache_dir=tmp_path / "cache", workers=2)
+    outcome = run_bench(problems, store, config)
+    statuses = {row.record["solution"]: row.status for row in store.rows(TraceRow)}
+    assert statuses == {"reference:eager": "PASSED", "pytorch_rmsnorm": "PASSED",
+                        "kills_driver": "RUNTIME_ERROR"}
+    assert outcome.measured == 3 and not outcome.interrupted
+    [failure] = outcome.failures
+    assert "kills_driver: its process died on each of 2 attempts" in failure
+    again = run_bench(problems, store, config)  # the failure is recorded: nothing left to do
+    assert (again.measured, again.skipped) == (0, 3)
+
+
+def test_cli_bench_on_a_ray_cluster(tmp_path, solutions, ray_address, monkeypatch):
+    monkeypatch.setenv("SOLFORGE_CACHE", str(tmp_path / "cache"))
+    (solutions / "kills_driver.json").unlink()
+    db = f"sqlite:///{tmp_path / 'ray.db'}"
+    result = CliRunner().invoke(app, ["bench", SMALL, "--device", "cpu", "--runner", "ray",
+                                      "--ray-address", ray_address, "--workers", "2",
+                                      "--solutions", str(solutions), "--no-bundled",
+                                      "--db", db])
+    assert result.exit_code == 0, result.output
+    assert "2 traces measured" in result.output
+    rows = open_store(db).rows(TraceRow)
+    assert sorted(row.status for row in rows) == ["PASSED", "PASSED"]
+
+
+# -- on a GPU (benchmarks/run_gpu_checks.sh runs these on the H200) ------------------------------
+
+def _gpu_config(cache: Path) -> EvalConfig:
+    return EvalConfig(device="cuda", baseline="eager", limits=short_limits(), cache_dir=cache)
+
+
+def _gpu_tasks(config: EvalConfig) -> list[EvalTask]:
+    return [EvalTask(SMALL, config, baseline="eager", key="eager"),
+            EvalTask(SMALL, config, solution=_solution(HONEST / "triton_rmsnorm" /
+                                                       "solution.json"), key="triton"),
+            EvalTask(SMALL, config, solution=_solution(HONEST / "cuda_rmsnorm" /
+                                                       "solution.json"), key="cuda")]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA GPU")
+def test_local_runner_gives_each_unit_a_gpu_of_its_own(tmp_path):
+    import torch
+
+    with open_runner("local", "cuda") as runner:
+        assert runner.slots == torch.cuda.device_count()
+        assert runner.machine.device_type == "cuda" and runner.machine.cuda_arch
+        for task in _gpu_tasks(_gpu_config(tmp_path)):
+            runner.submit(task)
+        results = {result.task.key: result for result in runner.results()}
+        hardware = runner.machine.hardware
+    for result in results.values():
+        assert _statuses(result) == ["PASSED"] * 2, result
+        assert result.slot.startswith("cuda:")
+        assert {t.evaluation.environment.hardware for t in result.traces} == {hardware}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA GPU")
+def test_ray_evaluates_on_gpus_and_compiles_cuda_in_a_cpu_task(tmp_path):
+    pytest.importorskip("ray", reason="the Ray tests need Ray: pip install 'solforge[ray]'")
+    with open_runner("ray", "cuda") as runner:  # a Ray instance of its own on this machine
+        assert runner.machine.device_type == "cuda"
+        for task in _gpu_tasks(_gpu_config(tmp_path)):
+            runner.submit(task)
+        results = {result.task.key: result for result in runner.results()}
+    for result in results.values():
+        assert _statuses(result) == ["PASSED"] * 2, result
+        assert ":gpu" in result.slot
+    assert results["cuda"].build_seconds is not None  # built by the CPU task, not on the GPU
+    assert results["triton"].build_seconds is None
+
+
+# -- the optimizer through the runners -----------------------------------------------------------
+
+def test_optimize_judges_candidates_side_by_side_on_the_local_runner(tmp_path):
+    from solforge.forge import archive
+    from solforge.forge.loop import OptimizeConfig, Optimizer
+    from solforge.problem import load_problem
+
+    problem = load_problem(SMALL)
+    store = open_store(f"sqlite:///{tmp_path / 'forge.db'}")
+    config = OptimizeConfig(budget=4, device="cpu", baseline="eager",
+                            cache_dir=tmp_path / "cache")
+    lines: list[str] = []
+    with open_runner("local", "cpu", workers=2) as runner:
+        outcome = Optimizer(problem, store, config, lines.append, runner=runner,
+                            address=SMALL).run()
+    assert outcome.judged == 4 and outcome.best is not None
+    slots = {line.rsplit(" on ", 1)[1].split()[0] for line in lines if "judged on" in line}
+    assert slots == {"cpu:0", "cpu:1"}, lines  # a batch of two ran in both slots
+    stored = archive.candidates(store, problem.name)
+    assert len(stored) == 4 and all(c.status == "PASSED" for c in stored)
+
+
+def test_cli_optimize_on_a_ray_cluster(tmp_path, ray_address, monkeypatch):
+    monkeypatch.setenv("SOLFORGE_CACHE", str(tmp_path / "cache"))
+    db = f"sqlite:///{tmp_path / 'ray-forge.db'}"
+    result = CliRunner().invoke(app, ["optimize", SMALL, "--device", "cpu", "--runner", "ray",
+                                      "--ray-address", ray_address, "--workers", "2",
+                                      "--budget", "2", "--db", db,
+                                      "-o", str(tmp_path / "best.json")])
+    assert result.exit_code == 0, result.output
+    assert "judging up to 2 candidates at once" in result.output
+    assert f"judged on ray:{RAY_HOST}" in result.output
+    assert "judged 2 candidates" in result.output
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert best["definition"] == "rmsnorm_small"
