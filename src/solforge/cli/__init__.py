@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "bench",
     "traces",
     "optimize",
+    "hgemm",
 ]
 for _name in COMMAND_MODULES:
     importlib.import_module(f"solforge.cli.{_name}")

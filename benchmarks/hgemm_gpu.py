@@ -1,0 +1,313 @@
+"""Issue 7 on the H200: tune the HGEMM kernels per shape and benchmark the dispatcher beside
+torch.matmul and cuBLASLt (heuristic and autotuned), in budgeted, resumable calls.
+
+    python benchmarks/hgemm_gpu.py OUTDIR [--deadline-s 540] [--sets grid,decode,prefill]
+                                          [--stage pass|report|check] [--workers 16]
+                                          [--rounds 10] [--modes offline,server]
+
+One call, within --deadline-s seconds of wall time from its start:
+1. environment: GPU, versions, whether nvmath-python imports (without it the two cuBLASLt
+   baselines are skipped, with a note in every row);
+2. build: Triton kernels of the pending shapes' shortlists compiled ahead in --workers processes
+   (filling Triton's cache) while the CUDA wgmma extension builds in a thread;
+3. the pass: for each pending shape, smallest work first, the tuner (tune.tune_and_record) and
+   then the benchmark (bench.bench_shape) on the same operands and cuBLASLt plans; each result
+   is appended to its JSON-lines file as it finishes; the loop stops before the deadline;
+4. report: the summary of all rows so far (goal numbers, large cubes, decode table), and how
+   many more calls the rest needs at this call's measured rate.
+Files in OUTDIR (all kept, so the next call resumes from them): h200-hgemm-tune.jsonl (the
+tuned table), h200-hgemm-tune.jsonl.started, h200-hgemm-bench.jsonl, h200-hgemm-summary.json,
+h200-hgemm-summary.md, h200-hgemm-environment.json, h200-hgemm-log.txt.
+--stage check runs the GPU tests of tests/test_hgemm.py instead (a few minutes, once).
+
+nvmath-python (the cuBLASLt baselines) is not on the H200 image. Carry its wheel in the
+git-ignored .whl/ (nvmath_python-1.0.0-cp312-cp312-manylinux_2_28_x86_64.whl; its dependencies
+cuda-bindings, cuda-core >= 0.5 and cuda-pathfinder >= 1.5.1 are on the image, and
+cuda_core-1.2.2 / cuda_pathfinder-1.9.1 wheels ride along in case those are older), name .whl
+in the call's `carry`, and install it with --no-deps into a --target folder on PYTHONPATH
+(/work/.library/device/README.md, Notes). Without it the two cuBLASLt baselines are skipped
+and every row says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
+
+import torch  # noqa: E402
+
+from solforge.hgemm import dispatch, kernels  # noqa: E402
+from solforge.hgemm.baselines import BASELINES, make_baselines  # noqa: E402
+from solforge.hgemm.bench import (  # noqa: E402
+    BenchSettings,
+    bench_shape,
+    load_rows,
+    markdown,
+    summarize,
+)
+from solforge.hgemm.bench import estimate_seconds as bench_estimate  # noqa: E402
+from solforge.hgemm.budget import run_budgeted  # noqa: E402
+from solforge.hgemm.kernels import wgmma  # noqa: E402
+from solforge.hgemm.measure import CudaMeasurer  # noqa: E402
+from solforge.hgemm.precompile import jobs_for, precompile  # noqa: E402
+from solforge.hgemm.space import select_shapes  # noqa: E402
+from solforge.hgemm.table import append_jsonl, environment, load_table  # noqa: E402
+from solforge.hgemm.tune import (  # noqa: E402
+    TuneSettings,
+    start_counts,
+    summary_line,
+    tune_and_record,
+)
+from solforge.hgemm.tune import estimate_seconds as tune_estimate  # noqa: E402
+
+PREFIX = "h200-hgemm"
+REPORT_RESERVE_S = 20.0  # kept back from the deadline for the summary
+CALL_BUDGET_S = 540.0  # one device call's command budget, for the "calls left" estimate
+TUNE, BENCH = TuneSettings(), BenchSettings()  # the defaults of run_pass
+
+
+class Run:
+    """The files of one OUTDIR and a log that goes to stdout and to the log file."""
+
+    def __init__(self, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        self.table = out / f"{PREFIX}-tune.jsonl"
+        self.rows = out / f"{PREFIX}-bench.jsonl"
+        self.summary = out / f"{PREFIX}-summary"
+        self.environment = out / f"{PREFIX}-environment.json"
+        self.log_file = (out / f"{PREFIX}-log.txt").open("a")
+        self.began = time.monotonic()
+
+    def log(self, line: str) -> None:
+        stamped = f"[{time.monotonic() - self.began:6.1f} s] {line}"
+        print(stamped, flush=True)
+        self.log_file.write(stamped + "\n")
+        self.log_file.flush()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.began
+
+
+def record_environment(run: Run, built: dict) -> None:
+    info = {**environment(), **built}
+    try:
+        import nvmath
+
+        info["nvmath_import"] = f"ok ({nvmath.__version__})"
+    except ImportError as exc:
+        info["nvmath_import"] = f"missing: {exc}"
+    history = json.loads(run.environment.read_text()) if run.environment.is_file() else []
+    run.environment.write_text(json.dumps([*history, info], indent=1) + "\n")
+    run.log(f"environment: {json.dumps(info)}")
+
+
+def build_kernels(run: Run, shapes, workers: int) -> dict:
+    """Triton kernels compiled ahead in processes while the wgmma extension builds."""
+    outcome: dict = {}
+
+    def build_extension() -> None:
+        began = time.monotonic()
+        try:
+            wgmma.build()
+            outcome["wgmma"] = f"built in {time.monotonic() - began:.0f} s"
+        except wgmma.WgmmaBuildError as exc:
+            outcome["wgmma"] = f"failed: {exc}"[:2000]
+
+    builder = threading.Thread(target=build_extension)
+    builder.start()
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    jobs = jobs_for(shapes, sm_count)
+    began = time.monotonic()
+    results = precompile(jobs, workers)
+    failures = [r for r in results if r.failure]
+    outcome["precompile"] = (f"{len(results)} kernel sets in {time.monotonic() - began:.0f} s "
+                             f"({workers} processes), {len(failures)} failed")
+    for failure in failures[:5]:
+        run.log(f"precompile failed: {failure.job.config.label} at {failure.job.shape.key}: "
+                f"{failure.failure[:300]}")
+    builder.join()
+    run.log(f"build: {outcome}")
+    return outcome
+
+
+PROBE_SHAPES = ((200, 264, 1000), (1, 512, 512))  # ragged edges; one row
+PROBE_TIMEOUT_S = 240.0
+
+
+def probe_wgmma(queue) -> None:
+    """In a child process: every tile, dtype and B layout of the CUDA kernel against a float32
+    product; puts the failures (empty when all pass) on `queue`."""
+    from solforge.hgemm.measure import random_operands, relative_error
+    from solforge.hgemm.space import Config, Shape, tolerance
+
+    failures = []
+    for dtype in ("float16", "bfloat16"):
+        for layout in ("nn", "nt"):
+            for size in PROBE_SHAPES:
+                shape = Shape(*size, dtype, layout)
+                operands = random_operands(shape, torch.device("cuda"))
+                for block_m, block_n in wgmma.TILES:
+                    config = Config.of("wgmma", BLOCK_M=block_m, BLOCK_N=block_n)
+                    error = relative_error(kernels.run(config, operands.a, operands.b),
+                                           operands.reference)
+                    if not error <= tolerance(shape):
+                        failures.append(f"{config.label} at {shape.key}: error {error:.2e}")
+    queue.put(failures)
+
+
+def guard_wgmma(run: Run) -> str:
+    """Run probe_wgmma in a child with a time limit; keep the kernel out of this pass if it
+    fails or hangs (a hung kernel would otherwise stall the whole call)."""
+    if not wgmma.available():
+        return "not built"
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=probe_wgmma, args=(queue,))
+    child.start()
+    child.join(PROBE_TIMEOUT_S)
+    if child.is_alive():
+        child.kill()
+        verdict = f"probe still running after {PROBE_TIMEOUT_S:.0f} s (a hang?)"
+    elif child.exitcode != 0:
+        verdict = f"probe died with exit code {child.exitcode}"
+    else:
+        failures = queue.get()
+        verdict = "; ".join(failures[:8]) if failures else ""
+    if verdict:
+        wgmma.disable(f"self-test failed: {verdict}")
+        run.log(f"wgmma kept out of this pass: {verdict}")
+        return f"failed: {verdict}"
+    run.log("wgmma self-test: every tile, dtype and layout correct")
+    return "passed"
+
+
+def run_pass(run: Run, shapes, deadline_s: float, measurer, sm_count: int,
+             tune_settings: TuneSettings = TUNE, bench_settings: BenchSettings = BENCH) -> None:
+    """Tune, then benchmark, each pending shape on the same operands, until the deadline."""
+    table = load_table(run.table)
+    done_rows = {row.shape.key for row in load_rows(run.rows)}
+    started = start_counts(run.table)
+    dispatch.use_table(table, retrieval=False)
+
+    def process(shape) -> None:
+        operands = measurer.operands(shape)
+        found = make_baselines(operands, BASELINES, tune_settings.autotune_iterations)
+        try:
+            if table.get(shape) is None:
+                entry = tune_and_record(shape, run.table, table, started, measurer,
+                                        tune_settings, sm_count, operands=operands,
+                                        baselines=found)
+                run.log("tune  " + summary_line(entry))
+            if shape.key not in done_rows:
+                row = bench_shape(shape, measurer, bench_settings, operands=operands,
+                                  baselines=found)
+                append_jsonl(run.rows, row.to_json())
+                done_rows.add(shape.key)
+                run.log(f"bench {shape.key:40s} dispatch {_speedup(row):>6} vs torch "
+                        f"({row.choice}, {row.seconds:.1f} s)")
+        finally:
+            found.close()
+
+    def estimate(shape) -> float:
+        seconds = tune_estimate(shape, tune_settings) if table.get(shape) is None else 0.0
+        return seconds + (bench_estimate(shape, bench_settings)
+                          if shape.key not in done_rows else 0.0)
+
+    pending = [s for s in shapes if table.get(s) is None or s.key not in done_rows]
+    run.log(f"pass: {len(pending)} of {len(shapes)} shapes pending, "
+            f"{deadline_s - run.elapsed():.0f} s left")
+    report = run_budgeted(pending, process, estimate,
+                          deadline_s - REPORT_RESERVE_S - run.elapsed())
+    calls = math.ceil(report.remaining_estimate_s / CALL_BUDGET_S) if report.remaining else 0
+    run.log(f"pass: {report.done} shapes in {report.seconds:.0f} s; {report.remaining} left, "
+            f"about {report.remaining_estimate_s:.0f} s at this call's rate: {calls} more "
+            f"call(s) of {CALL_BUDGET_S:.0f} s")
+
+
+def within_reach(pending, deadline_s: float, margin: float = 1.5):
+    """The pending shapes this call may get to (their estimates within margin x the deadline):
+    the only ones worth compiling for."""
+    total, reach = 0.0, []
+    for shape in pending:
+        total += tune_estimate(shape) + bench_estimate(shape)
+        if total > margin * deadline_s:
+            break
+        reach.append(shape)
+    return reach
+
+
+def _speedup(row) -> str:
+    torch_ms, dispatch_ms = row.time("torch"), row.time("dispatch")
+    return f"{torch_ms / dispatch_ms:.2f}x" if torch_ms and dispatch_ms else "n/a"
+
+
+def write_report(run: Run) -> None:
+    rows = load_rows(run.rows)
+    if not rows:
+        run.log("report: no benchmark rows yet")
+        return
+    summary = summarize(rows, load_table(run.table))
+    run.summary.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
+    run.summary.with_suffix(".md").write_text(markdown(summary, rows))
+    goal = summary["goal"]
+    run.log(f"report: {summary['shapes']} shapes; offline kernel-only geomean "
+            f"{goal['geomean_offline_kernel']}, worst {goal['worst_offline_kernel']}; "
+            f"tuned vs autotuned cuBLASLt: {summary['tuned_vs_cublaslt_autotuned']}")
+
+
+def run_check(run: Run) -> None:
+    """The GPU tests, after the wgmma self-test (a failed kernel is kept out of them too)."""
+    env = dict(os.environ)
+    if guard_wgmma(run) != "passed":
+        env[wgmma.DISABLE_ENV] = "1"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rA",
+                           "-p", "no:cacheprovider", "tests/test_hgemm.py"],
+                          cwd=REPO, env=env, capture_output=True, text=True)
+    run.log(done.stdout[-6000:] + done.stderr[-2000:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--deadline-s", type=float, default=540.0)
+    parser.add_argument("--sets", default="grid,decode,prefill")
+    parser.add_argument("--stage", choices=("pass", "report", "check"), default="pass")
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=10,
+                        help="timed calls per method in the tuner's final and in the benchmark")
+    parser.add_argument("--modes", default="offline,server", help="benchmark modes")
+    args = parser.parse_args()
+    run = Run(args.out)
+    if not torch.cuda.is_available():
+        sys.exit("no CUDA GPU: this script runs on the H200")
+    if args.stage == "check":
+        run_check(run)
+        return
+    if args.stage == "pass":
+        shapes = select_shapes(args.sets.split(","))
+        table, rows = load_table(run.table), {row.shape.key for row in load_rows(run.rows)}
+        pending = [s for s in shapes if table.get(s) is None or s.key not in rows]
+        reach = within_reach(pending, args.deadline_s)
+        built = build_kernels(run, reach, args.workers)
+        built["wgmma_self_test"] = guard_wgmma(run)
+        record_environment(run, built)
+        sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+        run_pass(run, shapes, args.deadline_s, CudaMeasurer(), sm_count,
+                 TuneSettings(final_rounds=args.rounds),
+                 BenchSettings(rounds=args.rounds, modes=tuple(args.modes.split(","))))
+    write_report(run)
+
+
+if __name__ == "__main__":
+    main()

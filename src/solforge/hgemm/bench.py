@@ -1,0 +1,319 @@
+"""The side-by-side benchmark: solforge.hgemm.matmul (the dispatcher over the tuned table) against
+torch.matmul, cuBLASLt's heuristic and autotuned cuBLASLt, per shape, in one run.
+
+For every shape: fresh standard-normal operands; each method's error against the float32
+product; then all four methods interleaved in the same timing runs, in
+- offline mode: calls back to back (each still on a cold L2), and
+- server mode: calls spaced by exponential gaps (Poisson arrivals, mean `server_gap_ms`), the
+  GPU idle in between as behind a server (CUDA-L2's second mode);
+each timed kernel-only (profiler kernel records: no host launch cost, the lesson of
+anchors.md 6) and by CUDA-graph replay. CUDA-L2 timed one call between two host synchronizes,
+launch overhead included; neither time here includes it.
+
+Rows are appended to a JSON-lines file as each shape finishes (resumable, like the tuner).
+`summarize` turns rows and the tuned table into the issue's numbers: the dispatcher's geometric
+mean speedup over torch.matmul and its worst shape, per mode and timing; the share of shapes
+where the tuned kernel alone beats autotuned cuBLASLt; the large-cube ratios.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from solforge.hgemm import dispatch
+from solforge.hgemm.baselines import BASELINES, BaselineSet, make_baselines
+from solforge.hgemm.budget import (
+    CALL_OVERHEAD_S,
+    SHAPE_OVERHEAD_S,
+    SUSTAINED_FLOPS,
+    BudgetReport,
+    run_budgeted,
+)
+from solforge.hgemm.measure import Measurer, Operands, failure, median_ms, relative_error
+from solforge.hgemm.space import GRID_SIZES, Shape, set_of, tolerance
+from solforge.hgemm.table import Table, append_jsonl, environment, read_jsonl
+
+METHODS = ("dispatch", *BASELINES)
+MODES = ("offline", "server")
+TIMINGS = ("kernel", "graph")
+GOAL_GEOMEAN = 1.10
+LARGE_CUBES = tuple(size for size in GRID_SIZES if size >= 8192)
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    rounds: int = 10
+    modes: tuple[str, ...] = MODES
+    server_gap_ms: float = 1.0
+    autotune_iterations: int = 5
+    noise: float = 0.02
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    shape: Shape
+    choice: str  # the dispatcher's kernel at this shape, or "torch.matmul"
+    errors: dict[str, float | None]  # by method
+    times: dict[str, dict[str, dict[str, float | None]]]  # mode -> timing -> method -> ms
+    notes: tuple[str, ...] = ()
+    environment: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def time(self, method: str, mode: str = "offline", timing: str = "kernel") -> float | None:
+        return self.times.get(mode, {}).get(timing, {}).get(method)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shape": self.shape.to_json(), "key": self.shape.key, "choice": self.choice,
+                "errors": self.errors, "times": self.times, "notes": list(self.notes),
+                "environment": self.environment, "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> BenchRow:
+        return cls(Shape.from_json(record["shape"]), record["choice"], record["errors"],
+                   record["times"], tuple(record.get("notes", ())),
+                   record.get("environment", {}), float(record.get("seconds", 0.0)))
+
+
+def estimate_seconds(shape: Shape, settings: BenchSettings = BenchSettings()) -> float:
+    """Device-machine seconds to benchmark one shape (budget.py's working figures)."""
+    calls = len(METHODS) * (1 + len(settings.modes) * len(TIMINGS) * (1 + settings.rounds))
+    calls += 16 * settings.autotune_iterations
+    gaps = ("server" in settings.modes) * len(TIMINGS) * len(METHODS) * (settings.rounds + 1)
+    return (SHAPE_OVERHEAD_S + calls * (CALL_OVERHEAD_S + shape.flops / SUSTAINED_FLOPS)
+            + gaps * settings.server_gap_ms / 1e3)
+
+
+def bench_shape(shape: Shape, measurer: Measurer, settings: BenchSettings = BenchSettings(),
+                clock: Callable[[], float] = time.monotonic, operands: Operands | None = None,
+                baselines: BaselineSet | None = None) -> BenchRow:
+    """One shape: errors, then offline and server timings of every method. The dispatcher is
+    the active one (dispatch.use_table). `operands` and `baselines` may be shared with the
+    tuning of the same shape."""
+    began = clock()
+    operands = operands or measurer.operands(shape)
+    a, b = operands.a, operands.b
+    config = dispatch.active().choose(a, b, shape.accumulate)
+    found = baselines or make_baselines(operands, BASELINES, settings.autotune_iterations)
+    try:
+        errors = {"dispatch": relative_error(dispatch.matmul(a, b, shape.accumulate),
+                                             operands.reference)}
+        for name, baseline in found.baselines.items():
+            baseline.call()
+            measurer.synchronize()
+            errors[name] = relative_error(baseline.out, operands.reference)
+        calls = {"dispatch": lambda: dispatch.matmul(a, b, shape.accumulate), **found.calls()}
+        times, notes = _timed(calls, measurer, settings)
+    finally:
+        if baselines is None:
+            found.close()
+    return BenchRow(shape, config.label if config else "torch.matmul", errors, times,
+                    tuple(found.notes + notes), environment(), clock() - began)
+
+
+def _timed(calls, measurer: Measurer, settings: BenchSettings
+           ) -> tuple[dict[str, dict[str, dict[str, float | None]]], list[str]]:
+    times: dict[str, dict[str, dict[str, float | None]]] = {}
+    notes = []
+    for mode in settings.modes:
+        gap = settings.server_gap_ms / 1e3 if mode == "server" else None
+        times[mode] = {}
+        for timing in TIMINGS:
+            results = measurer.time(calls, timing, settings.rounds, gap)
+            times[mode][timing] = {name: median_ms(result) for name, result in results.items()}
+            notes += [f"{name} {mode} {timing}: {failure(result)}"
+                      for name, result in results.items() if failure(result)]
+    return times, notes
+
+
+def bench(shapes: Sequence[Shape], rows_path: Path, measurer: Measurer,
+          settings: BenchSettings = BenchSettings(),
+          budget_s: float = float("inf"), clock: Callable[[], float] = time.monotonic,
+          log: Callable[[str], None] | None = None) -> BudgetReport:
+    """Benchmark every shape not yet in the rows file, until the budget runs out, with the
+    active dispatcher."""
+    rows_path = Path(rows_path)
+    done = {row.shape.key for row in load_rows(rows_path)}
+
+    def bench_one(shape: Shape) -> None:
+        row = bench_shape(shape, measurer, settings, clock)
+        append_jsonl(rows_path, row.to_json())
+        if log:
+            speedup = _ratio(row.time("torch"), row.time("dispatch"))
+            log(f"{shape.key:40s} dispatch {speedup:5.2f}x vs torch ({row.choice})")
+
+    pending = [shape for shape in shapes if shape.key not in done]
+    return run_budgeted(pending, bench_one, lambda shape: estimate_seconds(shape, settings),
+                        budget_s, clock)
+
+
+def load_rows(path: Path) -> list[BenchRow]:
+    rows = {}
+    for record in read_jsonl(Path(path))[0]:
+        row = BenchRow.from_json(record)
+        rows[row.shape.key] = row
+    return list(rows.values())
+
+
+# -- the numbers -------------------------------------------------------------------------------
+
+def _ratio(baseline: float | None, candidate: float | None) -> float:
+    """baseline / candidate: above 1 when the candidate is faster; NaN when either is missing."""
+    if not baseline or not candidate:
+        return math.nan
+    return baseline / candidate
+
+
+@dataclass(frozen=True)
+class Speedups:
+    shapes: int
+    geomean: float | None
+    minimum: float | None
+    worst: str | None  # the shape of the minimum
+    below_one: int
+    below_noise: int  # under 1 - noise: slower beyond noise
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def speedups(pairs: Iterable[tuple[str, float]], noise: float) -> Speedups:
+    """Summary of (shape key, speedup) pairs, NaN speedups left out."""
+    kept = [(key, ratio) for key, ratio in pairs if not math.isnan(ratio)]
+    if not kept:
+        return Speedups(0, None, None, None, 0, 0)
+    ratios = [ratio for _, ratio in kept]
+    worst_key, worst = min(kept, key=lambda pair: pair[1])
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    return Speedups(len(kept), geomean, worst, worst_key, sum(r < 1 for r in ratios),
+                    sum(r < 1 - noise for r in ratios))
+
+
+def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02) -> dict[str, Any]:
+    """The issue's numbers from benchmark rows and the tuned table (module docstring)."""
+    modes = sorted({mode for row in rows for mode in row.times})
+    against = {}
+    for baseline in BASELINES:
+        against[baseline] = {
+            mode: {timing: speedups(((row.shape.key, _ratio(row.time(baseline, mode, timing),
+                                                            row.time("dispatch", mode, timing)))
+                                     for row in rows), noise).to_json()
+                   for timing in TIMINGS}
+            for mode in modes}
+    by_set = {name: speedups(((row.shape.key, _ratio(row.time("torch"), row.time("dispatch")))
+                              for row in rows if set_of(row.shape) == name), noise).to_json()
+              for name in ("grid", "decode", "prefill", "other")}
+    offline = against["torch"].get("offline", {}).get("kernel", {})
+    return {
+        "shapes": len(rows),
+        "dispatch_speedup": against,
+        "dispatch_vs_torch_by_set": by_set,
+        "tuned_vs_cublaslt_autotuned": _tuned_vs_autotuned(table),
+        "large_cubes": _large_cubes(rows, table),
+        "errors_over_tolerance": _errors_over_tolerance(rows),
+        "goal": {
+            "geomean_target": GOAL_GEOMEAN,
+            "geomean_offline_kernel": offline.get("geomean"),
+            "geomean_met": (offline.get("geomean") or 0) >= GOAL_GEOMEAN,
+            "worst_offline_kernel": offline.get("minimum"),
+            "no_shape_slower_beyond_noise": offline.get("below_noise") == 0,
+        },
+        "environment": rows[0].environment if rows else {},
+    }
+
+
+def _tuned_vs_autotuned(table: Table) -> dict[str, Any]:
+    """Share of shapes where the tuned kernel alone beats autotuned cuBLASLt."""
+    result = {}
+    for timing in TIMINGS:
+        pairs = [(entry.time("cublaslt_autotuned", timing), entry.time("tuned", timing))
+                 for entry in table]
+        compared = [(lt, tuned) for lt, tuned in pairs if lt and tuned]
+        wins = sum(tuned < lt for lt, tuned in compared)
+        result[timing] = {"shapes": len(compared), "tuned_faster": wins,
+                          "fraction": wins / len(compared) if compared else None}
+    return result
+
+
+def _large_cubes(rows: Sequence[BenchRow], table: Table) -> list[dict[str, Any]]:
+    by_key = {row.shape.key: row for row in rows}
+    cubes = []
+    for size in LARGE_CUBES:
+        shape = Shape(size, size, size)
+        entry, row = table.get(shape), by_key.get(shape.key)
+        cubes.append({
+            "shape": f"{size}^3",
+            "tuned_vs_torch": _ratio(entry.time("torch"), entry.time("tuned")) if entry else None,
+            "tuned_vs_cublaslt_autotuned": (_ratio(entry.time("cublaslt_autotuned"),
+                                                   entry.time("tuned")) if entry else None),
+            "dispatch_vs_torch": _ratio(row.time("torch"), row.time("dispatch")) if row else None,
+            "tuned_kernel": entry.best.label if entry and entry.best else None,
+        })
+    return cubes
+
+
+def _errors_over_tolerance(rows: Sequence[BenchRow]) -> list[dict[str, Any]]:
+    return [{"shape": row.shape.key, "method": method, "error": error}
+            for row in rows for method, error in row.errors.items()
+            if error is None or not error <= tolerance(row.shape)]
+
+
+def markdown(summary: dict[str, Any], rows: Sequence[BenchRow]) -> str:
+    """The summary as a Markdown report (headline numbers, per set, large cubes, decode)."""
+    lines = ["# HGEMM: dispatcher vs cuBLAS on " + str(summary["environment"].get("gpu", "?")),
+             "", _environment_line(summary["environment"]), "",
+             "## Dispatcher speedup (geometric mean, worst shape, shapes slower beyond noise)",
+             "", "| baseline | mode | timing | shapes | geomean | worst | worst shape | "
+             "slower beyond noise |", "|---|---|---|---|---|---|---|---|"]
+    for baseline, modes in summary["dispatch_speedup"].items():
+        for mode, timings in modes.items():
+            for timing, s in timings.items():
+                lines.append(f"| {baseline} | {mode} | {timing} | {s['shapes']} | "
+                             f"{_number(s['geomean'])} | {_number(s['minimum'])} | "
+                             f"{s['worst']} | {s['below_noise']} |")
+    lines += ["", "## Per shape set (vs torch.matmul, offline, kernel-only)", "",
+              "| set | shapes | geomean | worst | slower beyond noise |", "|---|---|---|---|---|"]
+    for name, s in summary["dispatch_vs_torch_by_set"].items():
+        if s["shapes"]:
+            lines.append(f"| {name} | {s['shapes']} | {_number(s['geomean'])} | "
+                         f"{_number(s['minimum'])} | {s['below_noise']} |")
+    lines += ["", "## Tuned kernel alone vs autotuned cuBLASLt", "",
+              "| timing | shapes | tuned faster | fraction |", "|---|---|---|---|"]
+    for timing, s in summary["tuned_vs_cublaslt_autotuned"].items():
+        lines.append(f"| {timing} | {s['shapes']} | {s['tuned_faster']} | "
+                     f"{_number(s['fraction'])} |")
+    lines += ["", "## Large cubes", "", "| shape | tuned / torch | tuned / cuBLASLt autotuned | "
+              "dispatch / torch | tuned kernel |", "|---|---|---|---|---|"]
+    for cube in summary["large_cubes"]:
+        lines.append(f"| {cube['shape']} | {_number(cube['tuned_vs_torch'])} | "
+                     f"{_number(cube['tuned_vs_cublaslt_autotuned'])} | "
+                     f"{_number(cube['dispatch_vs_torch'])} | {cube['tuned_kernel']} |")
+    lines += ["", "## Decode shapes (offline; microseconds, kernel-only / graph)", "",
+              "| shape | dispatch | torch | cuBLASLt heuristic | cuBLASLt autotuned | choice |",
+              "|---|---|---|---|---|---|"]
+    for row in sorted((r for r in rows if set_of(r.shape) == "decode"), key=lambda r: r.shape.key):
+        cells = [f"{_us(row.time(m))} / {_us(row.time(m, timing='graph'))}" for m in METHODS]
+        lines.append(f"| {row.shape.key} | {' | '.join(cells)} | {row.choice} |")
+    errors = summary["errors_over_tolerance"]
+    lines += ["", f"Errors over the tolerance: {len(errors)}"]
+    lines += [f"- {e['shape']} {e['method']}: {e['error']}" for e in errors[:20]]
+    return "\n".join(lines) + "\n"
+
+
+def _environment_line(env: dict[str, Any]) -> str:
+    keys = ("date", "gpu", "sm_count", "torch", "triton", "cuda", "nvmath")
+    return ", ".join(f"{key} {env.get(key)}" for key in keys)
+
+
+def _number(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "n/a"
+    return f"{value:.3f}"
+
+
+def _us(ms: float | None) -> str:
+    return "n/a" if ms is None else f"{ms * 1e3:.1f}"
