@@ -43,6 +43,9 @@ def optimize(
     hardware: str = typer.Option(None, help="Profile for T_SOL (default: the GPU, or H200)."),
     output: Path = typer.Option(None, "-o", help="Where to write the best solution JSON."),
     seed: int = typer.Option(0, help="Seed of the parameter search."),
+    ncu: bool = typer.Option(True, "--ncu/--no-ncu", help="On a GPU with ncu on PATH, profile "
+                                                          "the model's passing candidates and "
+                                                          "show it the metrics."),
 ) -> None:
     """Search for faster correct kernels; keep a quality-diversity archive; write the best."""
     from solforge.forge.llm import LLMConfig
@@ -57,7 +60,8 @@ def optimize(
     llm = LLMConfig(base_url=llm_base_url, model=model) if llm_base_url and model else None
     config = OptimizeConfig(budget=budget if budget or minutes else 20, minutes=minutes,
                             proposer=proposer, llm=llm, device=device, hardware=hardware,
-                            baseline="eager" if device == "cpu" else "best", seed=seed)
+                            baseline="eager" if device == "cpu" else "best", seed=seed,
+                            ncu=ncu)
     if device == "cpu":
         console.print("CPU mode: candidates run in Triton's interpreter on the smallest "
                       "workload; fitness is the speedup over eager PyTorch (no SOL score)",

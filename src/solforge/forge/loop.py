@@ -63,6 +63,7 @@ class OptimizeConfig:
     baseline: str = "best"
     seed: int = 0
     cache_dir: Path | None = None
+    ncu: bool = True  # on a GPU with ncu on PATH: Nsight Compute metrics in the LLM's feedback
 
     def __post_init__(self) -> None:
         if self.proposer not in PROPOSERS:
@@ -224,7 +225,10 @@ class Optimizer:
 
         self.judged += 1
         judged = verdict(traces)
-        self.attempts.append(attempt_from_traces(solution, traces))
+        attempt = attempt_from_traces(solution, traces)
+        if judged.fitness is not None and self._profiles(proposer):
+            attempt = replace(attempt, profile=self._profile_feedback(solution))
+        self.attempts.append(attempt)
         descriptor, cell = self._describe(solution) if judged.fitness is not None else ({}, None)
         record = archive.CandidateRecord(
             problem=self.problem.name, name=solution.get("name", "?"), proposer=proposer,
@@ -241,6 +245,23 @@ class Optimizer:
             self._announce(record, judged)
         else:
             self.report(f"{record.name}: {judged.status}")
+
+    def _profiles(self, proposer: str) -> bool:
+        """Whether a passing candidate is profiled: only for the model's feedback, on a GPU."""
+        from solforge.forge.ncu import ncu_available
+
+        return (self.config.ncu and proposer.startswith("llm:") and
+                self.config.device != "cpu" and ncu_available())
+
+    def _profile_feedback(self, solution: dict[str, Any]) -> str:
+        """Nsight Compute's metrics of the candidate on the largest workload, as prompt text."""
+        from solforge.forge.ncu import profile_solution
+
+        largest = max(self.problem.workloads, key=self.problem.input_elements)
+        profile = profile_solution(solution, self.problem.root, largest.uuid)
+        if profile.error is not None:
+            self.report(f"{solution.get('name')}: no ncu metrics ({profile.error[:200]})")
+        return profile.feedback()
 
     def _describe(self, solution: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         from solforge.forge.capture import DescriptorError

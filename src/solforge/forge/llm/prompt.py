@@ -204,6 +204,8 @@ def attempt_block(attempt: Attempt, with_source: bool) -> str:
         lines.append(_mismatch_line(attempt.correctness))
     if attempt.latency_ms is not None:
         lines.append(_timing_line(attempt))
+    if attempt.profile:
+        lines.append(attempt.profile)
     if with_source and attempt.source:
         lines.append(f"Its source:\n```python\n{attempt.source.rstrip()}\n```")
     return "\n".join(lines)

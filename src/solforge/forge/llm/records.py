@@ -44,6 +44,7 @@ class Attempt:
     latency_ms: float | None = None  # T_k, the mean over its workloads, when all passed
     baseline_ms: float | None = None  # T_b, the mean over the same workloads
     sol_score: float | None = None  # S, the mean, when every workload has one
+    profile: str = ""  # Nsight Compute's metrics of its kernels (forge/ncu.py), when measured
 
     @property
     def all_passed(self) -> bool:

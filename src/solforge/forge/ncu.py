@@ -1,0 +1,197 @@
+"""Nsight Compute metrics of a candidate's kernels: feedback for the LLM proposer.
+
+A time alone says how far a kernel is from T_SOL, not why. A few hardware counters say which
+unit is busy: DRAM throughput near its peak means the kernel is memory bound and only fewer
+bytes help; low DRAM and low SM throughput together mean latency (too little occupancy or too
+few programs); a low L2 hit rate on a kernel that re-reads its operands means its tile order
+loses reuse. The metrics come from the sections of Nsight Compute's own reports (Speed of
+Light, Occupancy, Launch Statistics, Memory Workload Analysis):
+
+    gpu__time_duration.sum                                  kernel duration
+    dram__throughput.avg.pct_of_peak_sustained_elapsed      DRAM throughput, % of peak
+    sm__throughput.avg.pct_of_peak_sustained_elapsed        SM throughput, % of peak
+    sm__warps_active.avg.pct_of_peak_sustained_active       achieved occupancy, %
+    launch__registers_per_thread                            registers per thread
+    lts__t_sector_hit_rate.pct                              L2 hit rate, %
+
+The candidate runs in a child process under `ncu` (never in the optimizer's): its entry point
+is called WARMUP times (Triton compiles, autotuners choose) and then once inside an NVTX range
+that ncu is limited to, so only that call's kernels are profiled. These metrics are feedback,
+never fitness: the harness's timing alone decides the archive. Without `ncu` on PATH, or on a
+machine without a GPU, there are none, and the prompt says nothing about them.
+
+    python -m solforge.forge.ncu REQUEST.json     (the child; REQUEST names the solution, the
+                                                   problem folder and the workload)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from solforge.harness.process import python_command, python_env, run_captured
+
+NVTX_RANGE = "solforge_profile"
+WARMUP = 2
+TIMEOUT_S = 300.0
+METRICS = {  # ncu metric -> KernelMetrics field
+    "gpu__time_duration.sum": "duration_us",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_pct",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "occupancy_pct",
+    "launch__registers_per_thread": "registers",
+    "lts__t_sector_hit_rate.pct": "l2_hit_pct",
+}
+TO_MICROSECONDS = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3,
+                   "ms": 1e3, "second": 1e6, "s": 1e6}
+SHOWN_KERNELS = 3  # the longest kernels of a call that the feedback lists
+
+
+@dataclass(frozen=True)
+class KernelMetrics:
+    """One profiled launch."""
+
+    name: str
+    duration_us: float | None = None
+    dram_pct: float | None = None
+    sm_pct: float | None = None
+    occupancy_pct: float | None = None
+    registers: float | None = None
+    l2_hit_pct: float | None = None
+
+    def describe(self) -> str:
+        parts = [f"{self.duration_us:.1f} us" if self.duration_us is not None else None,
+                 _percent("DRAM throughput", self.dram_pct),
+                 _percent("SM throughput", self.sm_pct),
+                 _percent("achieved occupancy", self.occupancy_pct),
+                 f"{self.registers:.0f} registers/thread" if self.registers is not None else None,
+                 _percent("L2 hit rate", self.l2_hit_pct)]
+        return f"{self.name}: " + ", ".join(part for part in parts if part)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The kernels of one call of the entry point, or why there are none."""
+
+    kernels: tuple[KernelMetrics, ...] = ()
+    error: str | None = None
+
+    def feedback(self) -> str:
+        """Lines for the prompt: the longest kernels first."""
+        if self.error is not None:
+            return f"Nsight Compute could not profile it: {self.error}"
+        ranked = sorted(self.kernels, key=lambda k: -(k.duration_us or 0.0))
+        lines = [f"- {kernel.describe()}" for kernel in ranked[:SHOWN_KERNELS]]
+        if len(ranked) > SHOWN_KERNELS:
+            lines.append(f"- and {len(ranked) - SHOWN_KERNELS} shorter kernels")
+        return "Nsight Compute, one call:\n" + "\n".join(lines)
+
+
+def _percent(label: str, value: float | None) -> str | None:
+    return f"{label} {value:.0f}%" if value is not None else None
+
+
+def ncu_available() -> bool:
+    return shutil.which("ncu") is not None
+
+
+def profile_solution(solution: dict[str, Any], problem_dir: Path, workload_uuid: str,
+                     timeout_s: float = TIMEOUT_S) -> Profile:
+    """Profile one call of the solution's entry point on one workload, on this machine's GPU."""
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        return Profile(error="ncu is not on PATH")
+    with tempfile.TemporaryDirectory(prefix="solforge-ncu-") as folder:
+        request = Path(folder) / "request.json"
+        report = Path(folder) / "report.csv"
+        request.write_text(json.dumps({"solution": solution, "problem": str(problem_dir),
+                                       "workload": workload_uuid}))
+        command = [ncu, "--csv", "--print-units", "base", "--log-file", str(report),
+                   "--metrics", ",".join(METRICS), "--nvtx", "--nvtx-include",
+                   f"{NVTX_RANGE}/", *python_command("solforge.forge.ncu", str(request))]
+        finished = run_captured(command, timeout_s, python_env(dict(os.environ)), Path(folder))
+        text = report.read_text(errors="replace") if report.is_file() else ""
+        if finished.returncode != 0:
+            reason = ("timed out" if finished.returncode is None
+                      else f"exit code {finished.returncode}")
+            tail = (finished.log + text)[-1500:].strip()
+            return Profile(error=f"ncu {reason}: {tail}")
+        kernels = parse_ncu_csv(text or finished.log)
+        if not kernels:
+            return Profile(error="ncu profiled no kernel in the call (is it a GPU kernel?)")
+        return Profile(kernels)
+
+
+def parse_ncu_csv(text: str) -> tuple[KernelMetrics, ...]:
+    """The kernels of `ncu --csv --print-units base` output, in launch order.
+
+    One row per (launch, metric): "ID", "Kernel Name", "Metric Name", "Metric Unit",
+    "Metric Value" among other columns; lines before the header are the program's and ncu's
+    own messages. Values may carry thousands separators."""
+    start = text.find('"ID"')
+    if start < 0:
+        return ()
+    launches: dict[str, dict[str, Any]] = {}
+    for row in csv.DictReader(io.StringIO(text[start:])):
+        field = METRICS.get(row.get("Metric Name", ""))
+        launch = launches.setdefault(row.get("ID", ""), {"name": row.get("Kernel Name", "?")})
+        value = _number(row.get("Metric Value", ""))
+        if field is None or value is None:
+            continue
+        if field == "duration_us":
+            scale = TO_MICROSECONDS.get(row.get("Metric Unit", "").strip())
+            value = value * scale if scale is not None else None
+        launch[field] = value
+    return tuple(KernelMetrics(**fields) for fields in launches.values())
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+# -- the child: one call of the entry point inside the profiled range ---------------------------
+
+
+def _profile_main(request_path: str) -> None:
+    import torch
+
+    from solforge.forge.capture import _loaded_entry_point, workload_arguments
+    from solforge.harness.solution import parse_solution
+    from solforge.problem.problem import load_problem
+
+    request = json.loads(Path(request_path).read_text())
+    problem = load_problem(Path(request["problem"]))
+    workload = _workload(problem.workloads, request["workload"])
+    solution = parse_solution(request["solution"])
+    arguments = workload_arguments(solution, problem, workload, "cuda")
+    with _loaded_entry_point(solution) as entry_point:
+        for _ in range(WARMUP):
+            entry_point(*arguments)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_push(NVTX_RANGE)
+        entry_point(*arguments)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+
+
+def _workload(workloads: Sequence[Any], uuid: str) -> Any:
+    for workload in workloads:
+        if workload.uuid == uuid:
+            return workload
+    raise SystemExit(f"no workload {uuid}")
+
+
+if __name__ == "__main__":
+    _profile_main(sys.argv[1])
