@@ -1,0 +1,242 @@
+"""Issue 5 on the H200: the bundled suite and its shipped solutions through `solforge bench`,
+resumable across calls, then the recorded tables and the HTML report.
+
+    python benchmarks/suite_gpu.py OUTDIR [TARGET ...] [--deadline-s 540] [--device cuda|cpu]
+                                   [--name h200]
+
+TARGETs are what `solforge bench` takes (default: `all`). Problems are benched one at a time,
+in suite order, into OUTDIR/suite.db; a problem starts only while the time left exceeds the
+longest problem so far plus a margin, so a call ends before the device tool's limit. The store
+skips what an earlier call measured, so the same command, repeated, finishes the suite. Then,
+from everything the store holds:
+
+    OUTDIR/NAME-suite.json   environment; per problem T_SOL, eager and torch.compile (medians
+                             over the workloads, ms), every shipped solution (workloads passed,
+                             mean S, median T_SOL / T_k, speedups over eager and compile); per
+                             tier the medians of `solforge bench`; the goal of the shipped
+                             solutions: median T_SOL / T_k >= 0.70 over the problems they cover,
+                             faster than torch.compile on at least 9 of the 12
+    OUTDIR/NAME-suite.md     the same as tables
+    OUTDIR/NAME-suite-report.html   `solforge report` of the store
+NAME is --name: h200 by default on the GPU, cpu in CPU mode.
+
+`--device cpu` runs the CPU mode (smallest workloads, no scores): what tests/test_benchmarks.py
+runs to keep this script working without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
+
+from solforge.bench.plan import find_solutions, plan_problems, solution_folders  # noqa: E402
+from solforge.bench.results import ProblemResults, read_results  # noqa: E402
+from solforge.bench.run import DEFAULT_BASELINE, BenchConfig, BenchOutcome, run_bench  # noqa: E402
+from solforge.bench.summary import (  # noqa: E402
+    compile_line,
+    solution_line,
+    tier_lines,
+)
+from solforge.report import gather, render  # noqa: E402
+from solforge.score import summarize  # noqa: E402
+from solforge.storage import open_store  # noqa: E402
+
+MARGIN_S = 30.0  # kept free at the end of a call for the tables and the report
+GOAL_FRACTION = 0.70  # median T_SOL / T_k of the shipped solutions
+GOAL_FASTER_THAN_COMPILE = 9  # of the 12 shipped solutions
+
+
+@dataclass(frozen=True)
+class Call:
+    out: Path
+    targets: list[str]
+    deadline_s: float
+    device: str
+    name: str  # the files' prefix
+
+
+def bench_until_deadline(call: Call, started: float) -> list[BenchOutcome]:
+    """Bench the planned problems one by one while the time left allows the next."""
+    store = open_store(f"sqlite:///{call.out / 'suite.db'}")
+    found = find_solutions(solution_folders([], bundled=True))
+    problems = plan_problems(call.targets, found, call.device)
+    config = BenchConfig(device=call.device, baseline=DEFAULT_BASELINE[call.device],
+                         command=f"benchmarks/suite_gpu.py {' '.join(call.targets)}")
+    outcomes: list[BenchOutcome] = []
+    longest = 0.0
+    for number, problem in enumerate(problems, start=1):
+        left = call.deadline_s - (time.monotonic() - started)
+        if left < longest + MARGIN_S:
+            _log(f"stopping before {problem.address}: {left:.0f} s left, the longest problem "
+                 f"took {longest:.0f} s; run the same command again to go on")
+            break
+        begun = time.monotonic()
+        outcome = run_bench([problem], store, config)
+        longest = max(longest, time.monotonic() - begun)
+        outcomes.append(outcome)
+        _log(f"[{number}/{len(problems)}] {problem.address}: {outcome.measured} measured, "
+             f"{outcome.skipped} already stored, {time.monotonic() - begun:.1f} s"
+             + "".join(f"\n    could not run: {failure}" for failure in outcome.failures))
+    return outcomes
+
+
+def problem_record(results: ProblemResults, baseline: str, scored: bool,
+                   shipped: set[str]) -> dict[str, Any]:
+    """One problem: its bound, its baselines and every shipped solution on it."""
+    compiled = compile_line(results, scored)
+    record: dict[str, Any] = {
+        "problem": results.address, "tier": results.tier, "workloads": len(results.workloads),
+        "t_sol_ms": _median(results.t_sol_ms.values()),
+        "eager_ms": _median(_passing(results, "eager")),
+        "compile_ms": _median(_passing(results, "compile")),
+        "compile_sol_score": compiled.sol_score if compiled else None,
+        "solutions": []}
+    for name, outcomes in results.solutions.items():
+        line = solution_line(results, name, outcomes, baseline, scored)
+        fraction = summarize(name, line.scores).fraction_of_sol_median if line.scores else None
+        record["solutions"].append({
+            "name": name, "shipped": name in shipped, "passed": line.passed,
+            "workloads": line.count, "sol_score": line.sol_score, "fraction_of_sol": fraction,
+            "speedup_eager": line.speedup_eager, "speedup_compile": line.speedup_compile})
+    return record
+
+
+def goal(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The shipped solutions against issue 5's targets, over the problems they cover."""
+    shipped = [s for r in records for s in r["solutions"] if s["shipped"]]
+    fractions = [s["fraction_of_sol"] for s in shipped if s["fraction_of_sol"] is not None]
+    faster = [s for s in shipped if s["speedup_compile"] is not None and s["speedup_compile"] > 1
+              and s["passed"] == s["workloads"]]
+    median = statistics.median(fractions) if fractions else None
+    return {"shipped_solutions": len(shipped),
+            "all_workloads_passed": sum(s["passed"] == s["workloads"] for s in shipped),
+            "median_fraction_of_sol": median,
+            "fraction_target": GOAL_FRACTION,
+            "fraction_met": median is not None and median >= GOAL_FRACTION,
+            "faster_than_compile": len(faster),
+            "faster_target": GOAL_FASTER_THAN_COMPILE,
+            "faster_met": len(faster) >= GOAL_FASTER_THAN_COMPILE}
+
+
+def write_tables(call: Call, outcomes: list[BenchOutcome]) -> dict[str, Any]:
+    """NAME-suite.{json,md} from the store: every problem benched by this or an earlier call."""
+    store = open_store(f"sqlite:///{call.out / 'suite.db'}")
+    found = find_solutions(solution_folders([], bundled=True))
+    shipped = {s.name for solutions in found.by_definition.values() for s in solutions}
+    baseline = DEFAULT_BASELINE[call.device]
+    scored = call.device == "cuda"
+    results = [r for outcome in outcomes for r in read_results(store, outcome)]
+    records = [problem_record(r, baseline, scored, shipped) for r in results]
+    tiers = [vars(line) for line in tier_lines(results, baseline, scored)]
+    summary = {"what": "solforge bench over the bundled suite with the shipped solutions",
+               "date": datetime.date.today().isoformat(), "environment": _environment(),
+               "device": call.device, "baseline": baseline,
+               "problems_benched": len(records), "tiers": tiers, "goal": goal(records),
+               "problems": records}
+    (call.out / f"{call.name}-suite.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (call.out / f"{call.name}-suite.md").write_text(markdown(summary))
+    return summary
+
+
+def write_report(call: Call) -> None:
+    data = gather(open_store(f"sqlite:///{call.out / 'suite.db'}", must_exist=True))
+    (call.out / f"{call.name}-suite-report.html").write_text(render(data))
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    env = summary["environment"]
+    lines = [f"# solforge bench over the suite ({summary['date']})", "",
+             f"{env['gpu']}, torch {env['torch']}, triton {env['triton']}, CUDA {env['cuda']}; "
+             f"device {summary['device']}, T_b = {summary['baseline']}; "
+             f"{summary['problems_benched']} problems.", "",
+             "| tier | problems | with solutions | compile median S | solutions median S | "
+             "median T_SOL/T_k |", "|---|---|---|---|---|---|"]
+    for tier in summary["tiers"]:
+        lines.append(f"| {tier['tier']} | {tier['problems']} | {tier['with_solutions']} | "
+                     f"{_fmt(tier['compile_sol_score'])} | {_fmt(tier['sol_score'])} | "
+                     f"{_fmt(tier['fraction_of_sol'])} |")
+    target = summary["goal"]
+    lines += ["", f"Shipped solutions: {target['shipped_solutions']}, median T_SOL/T_k "
+              f"{_fmt(target['median_fraction_of_sol'])} (target {GOAL_FRACTION}), faster than "
+              f"torch.compile on {target['faster_than_compile']} (target "
+              f"{GOAL_FASTER_THAN_COMPILE}).", "",
+              "| problem | T_SOL ms | eager ms | compile ms | solution | passed | S | "
+              "T_SOL/T_k | vs compile |", "|---|---|---|---|---|---|---|---|---|"]
+    for record in summary["problems"]:
+        head = (f"| {record['problem']} | {_fmt(record['t_sol_ms'])} | "
+                f"{_fmt(record['eager_ms'])} | {_fmt(record['compile_ms'])} |")
+        if not record["solutions"]:
+            lines.append(head + " - | | | | |")
+        for solution in record["solutions"]:
+            lines.append(f"{head} {solution['name']} | {solution['passed']}/"
+                         f"{solution['workloads']} | {_fmt(solution['sol_score'])} | "
+                         f"{_fmt(solution['fraction_of_sol'])} | "
+                         f"{_fmt(solution['speedup_compile'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def _passing(results: ProblemResults, kind: str) -> list[float]:
+    return [m.latency_ms for m in results.references.get(kind, {}).values()
+            if m.passed and m.latency_ms is not None]
+
+
+def _median(values: Any) -> float | None:
+    values = list(values)
+    return statistics.median(values) if values else None
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _environment() -> dict[str, Any]:
+    import triton
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return {"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__,
+            "cuda": torch.version.cuda, "python": platform.python_version(),
+            "host": platform.node()}
+
+
+def _log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("targets", nargs="*", default=["all"])
+    parser.add_argument("--deadline-s", type=float, default=540.0)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--name", default=None, help="files' prefix (default: h200, or cpu)")
+    args = parser.parse_args()
+    started = time.monotonic()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("no CUDA GPU: run on the H200, or pass --device cpu")
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = args.name or ("h200" if args.device == "cuda" else "cpu")
+    call = Call(args.out.resolve(), args.targets, args.deadline_s, args.device, name)
+    outcomes = bench_until_deadline(call, started)
+    summary = write_tables(call, outcomes)
+    if summary["problems"]:
+        write_report(call)
+    else:
+        _log("nothing benched yet: no report")
+    _log(f"goal: {summary['goal']}")
+
+
+if __name__ == "__main__":
+    main()

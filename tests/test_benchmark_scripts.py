@@ -1,0 +1,41 @@
+"""The GPU benchmark scripts kept working without a GPU: each runs here in CPU mode on a small
+target, writes its files, resumes from the store, and stops for its deadline."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SUITE_SCRIPT = REPO / "benchmarks" / "suite_gpu.py"
+PROBLEM = "l1/rmsnorm_llama3_1_8b"  # has a shipped solution
+
+
+def _run(script: Path, *args: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True,
+                          text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path):
+    first = _run(SUITE_SCRIPT, str(tmp_path), PROBLEM, "--device", "cpu")
+    assert f"[1/1] {PROBLEM}: 2 measured, 0 already stored" in first.stdout
+    summary = json.loads((tmp_path / "cpu-suite.json").read_text())
+    (record,) = summary["problems"]
+    assert record["problem"] == PROBLEM and record["eager_ms"] > 0 and record["t_sol_ms"] > 0
+    (solution,) = record["solutions"]
+    assert solution["shipped"] and solution["passed"] == solution["workloads"] == 1
+    assert summary["goal"]["shipped_solutions"] == 1
+    assert "| l1 | 1 | 1 |" in (tmp_path / "cpu-suite.md").read_text()
+    assert PROBLEM in (tmp_path / "cpu-suite-report.html").read_text()
+
+    again = _run(SUITE_SCRIPT, str(tmp_path), PROBLEM, "--device", "cpu")
+    assert f"[1/1] {PROBLEM}: 0 measured, 2 already stored" in again.stdout
+
+    late = _run(SUITE_SCRIPT, str(tmp_path / "late"), PROBLEM, "--device", "cpu",
+                "--deadline-s", "1")
+    assert f"stopping before {PROBLEM}" in late.stdout
+    assert json.loads((tmp_path / "late" / "cpu-suite.json").read_text())["problems"] == []
