@@ -2,11 +2,18 @@
 # Run everything that exists for the GPU, on a machine with a CUDA GPU, and write the results to
 # OUTDIR: the `gpu`-marked tests, a calibrated hardware profile, and the GPU benchmarks.
 #
-#   benchmarks/run_gpu_checks.sh OUTDIR [STAGE ...]      stages: env tests calibrate harness
+#   benchmarks/run_gpu_checks.sh OUTDIR [STAGE ...]
 #
-# With no STAGE, all stages run in order. A stage whose result file is already in OUTDIR is
-# skipped, so a run cut short by a time limit resumes where it stopped. Works from a source
-# checkout without installing: src/ goes on PYTHONPATH.
+#   stages: env tests calibrate harness   (the default, in this order)
+#           throughput   GPU-seconds per candidate through the local runner (issue 8)
+#           suite        the bundled suite and its shipped solutions (issue 5)
+#           forge        template search over 24 L1/L2 problems and its goal (issue 6)
+#           hgemm        the HGEMM tuner and benchmark (issue 7; carry nvmath-python)
+#
+# A stage whose result file is already in OUTDIR is skipped, so a run cut short by a time limit
+# resumes where it stopped. suite, forge and hgemm are long: each call works until
+# DEADLINE_S seconds (default 540) and the next call of the same stage goes on from its store.
+# Works from a source checkout without installing: src/ goes on PYTHONPATH.
 set -uo pipefail
 out=${1:?usage: benchmarks/run_gpu_checks.sh OUTDIR [STAGE ...]}
 shift
@@ -18,10 +25,10 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 python=${PYTHON:-python3}
 
-run_stage() {  # name, result file, command...
+run_stage() {  # name, result file ("" for a stage that resumes by itself), command...
     local name=$1 result=$2
     shift 2
-    if [ -s "$out/$result" ]; then
+    if [ -n "$result" ] && [ -s "$out/$result" ]; then
         echo "== $name: $out/$result exists, skipped"
         return 0
     fi
@@ -58,12 +65,38 @@ stage_harness() {
     "$python" benchmarks/harness_gpu.py "$out" 2>&1 | tee "$out/harness.log"
 }
 
+deadline=${DEADLINE_S:-540}
+
+stage_throughput() {
+    "$python" benchmarks/throughput_cpu.py "$out/throughput" --device cuda --workers 1 \
+        2>&1 | tee "$out/throughput.log"
+}
+
+stage_suite() {
+    "$python" benchmarks/suite_gpu.py "$out/suite" all --deadline-s "$deadline" \
+        2>&1 | tee -a "$out/suite.log"
+}
+
+stage_forge() {
+    "$python" benchmarks/forge_gpu.py "$out/forge" --deadline-s "$deadline" \
+        2>&1 | tee -a "$out/forge.log"
+}
+
+stage_hgemm() {
+    "$python" benchmarks/hgemm_gpu.py "$out/hgemm" --deadline-s "$deadline" \
+        2>&1 | tee -a "$out/hgemm.log"
+}
+
 for stage in "${stages[@]}"; do
     case $stage in
         env) run_stage env environment.txt stage_env ;;
         tests) run_stage tests gpu-tests.log stage_tests ;;
         calibrate) run_stage calibrate h200-measured.json stage_calibrate ;;
         harness) run_stage harness harness_summary.json stage_harness ;;
+        throughput) run_stage throughput throughput.log stage_throughput ;;
+        suite) run_stage suite "" stage_suite ;;
+        forge) run_stage forge "" stage_forge ;;
+        hgemm) run_stage hgemm "" stage_hgemm ;;
         *) echo "unknown stage $stage" >&2; exit 2 ;;
     esac
 done

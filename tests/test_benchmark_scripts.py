@@ -39,3 +39,25 @@ def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path):
                 "--deadline-s", "1")
     assert f"stopping before {PROBLEM}" in late.stdout
     assert json.loads((tmp_path / "late" / "cpu-suite.json").read_text())["problems"] == []
+
+
+FORGE_SCRIPT = REPO / "benchmarks" / "forge_gpu.py"
+
+
+def test_forge_script_searches_records_resumes_and_reports_the_goal(tmp_path):
+    first = _run(FORGE_SCRIPT, str(tmp_path), PROBLEM, "--budget", "2", "--device", "cpu")
+    assert f"[1/1] {PROBLEM}: 2 judged" in first.stdout
+    summary = json.loads((tmp_path / "cpu-forge.json").read_text())
+    (record,) = summary["problems"]
+    assert record["judged"] == 2 and sum(record["statuses"].values()) == 2
+    best = record["best"]
+    assert best["passed"] == best["workloads"] == 1 and best["binding_bound"] == "memory"
+    assert best["fraction_of_sol"] is None and best["s_vs_eager"] is None  # CPU: not priced
+    numbers = summary["goal"]["numbers"]
+    assert numbers["problems"] == 1 and numbers["with_a_correct_kernel"] == 1
+    assert summary["goal"]["met"]["problems"] is False  # 1 of the 20 the goal asks
+    assert "| l1/rmsnorm_llama3_1_8b | 2 |" in (tmp_path / "cpu-forge.md").read_text()
+
+    again = _run(FORGE_SCRIPT, str(tmp_path), PROBLEM, "--budget", "2", "--device", "cpu")
+    assert "judged" not in again.stdout  # the problem is done: nothing searched again
+    assert len((tmp_path / "cpu-forge.jsonl").read_text().splitlines()) == 1  # done: skipped

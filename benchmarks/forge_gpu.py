@@ -1,0 +1,273 @@
+"""Issue 6 on the H200: template search (`solforge optimize --proposer templates`) over L1 and
+L2 problems, within a deadline per call, resumable, and the goal numbers from what it found.
+
+    python benchmarks/forge_gpu.py OUTDIR [PROBLEM ...] [--count 24] [--budget 12]
+                                   [--deadline-s 540] [--device cuda|cpu] [--name h200]
+
+Problems: those given, else the first --count bundled L1 and L2 problems that a template
+applies to, in suite order. Each is searched with --budget candidates into OUTDIR/forge.db (the
+archive; a rerun reuses every candidate already judged) and, once its search is done, its best
+elite is evaluated once more through the harness with T_b = the faster of eager and
+torch.compile, so every workload has both baselines' times. A problem starts only while the time
+left exceeds the longest search so far plus a margin; finished problems are listed in
+OUTDIR/NAME-forge.jsonl and skipped by the next call. Per problem it records: candidates judged
+and their statuses, the wall seconds the search held the GPU, the archive's cells and elites'
+descriptors, the best elite's mean S against the best baseline and against eager, its median
+T_SOL / T_k, its geometric-mean speedup over torch.compile, and the bound that binds. Then
+NAME-forge.json / .md hold the goal of issue 6: over at least 20 problems, median T_SOL / T_k
+>= 0.75, median S >= 0.85 against eager and >= 0.60 against the best baseline, faster than
+torch.compile on at least 80%; and where the search stalls (problems below 0.75 of the speed of
+light, with their binding bound and their elites' cells). `--device cpu` runs the CPU mode
+(smallest workload, speedups only): what tests/test_benchmark_scripts.py runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
+
+from solforge.forge import archive  # noqa: E402
+from solforge.forge.loop import OptimizeConfig, Optimizer  # noqa: E402
+from solforge.forge.templates import templates_for  # noqa: E402
+from solforge.harness.evaluate import EvalConfig, evaluate  # noqa: E402
+from solforge.harness.solution import parse_solution  # noqa: E402
+from solforge.harness.trace import Status, Trace  # noqa: E402
+from solforge.problem.suite import bundled_problem_dirs, open_problem, tier_of  # noqa: E402
+from solforge.score import ScoreError, sol_score  # noqa: E402
+from solforge.storage import open_store  # noqa: E402
+
+MARGIN_S = 30.0
+GOAL = {"problems": 20, "fraction_of_sol": 0.75, "s_vs_eager": 0.85, "s_vs_best": 0.60,
+        "beats_compile_share": 0.80}
+
+
+@dataclass(frozen=True)
+class Call:
+    out: Path
+    problems: list[str]
+    budget: int
+    deadline_s: float
+    device: str
+    name: str
+
+    @property
+    def progress(self) -> Path:
+        return self.out / f"{self.name}-forge.jsonl"
+
+
+def default_problems(count: int) -> list[str]:
+    """The first `count` bundled L1 and L2 problems that some template solves."""
+    chosen = []
+    for folder in bundled_problem_dirs():
+        if tier_of(folder) not in ("l1", "l2"):
+            continue
+        problem = open_problem(folder)
+        if templates_for(problem.definition):
+            chosen.append(f"{tier_of(folder)}/{folder.name}")
+        if len(chosen) == count:
+            break
+    return chosen
+
+
+def search_until_deadline(call: Call, started: float) -> None:
+    done = {json.loads(line)["problem"] for line in _lines(call.progress)}
+    store = open_store(f"sqlite:///{call.out / 'forge.db'}")
+    longest = 0.0
+    for number, address in enumerate(call.problems, start=1):
+        if address in done:
+            continue
+        left = call.deadline_s - (time.monotonic() - started)
+        if left < longest + MARGIN_S:
+            _log(f"stopping before {address}: {left:.0f} s left, the longest search took "
+                 f"{longest:.0f} s; run the same command again to go on")
+            return
+        begun = time.monotonic()
+        record = search_problem(call, store, address)
+        longest = max(longest, time.monotonic() - begun)
+        with call.progress.open("a") as file:
+            file.write(json.dumps(record) + "\n")
+        _log(f"[{number}/{len(call.problems)}] {address}: {record['judged']} judged in "
+             f"{record['search_seconds']:.0f} s, best {record['best']}")
+
+
+def search_problem(call: Call, store: Any, address: str) -> dict[str, Any]:
+    problem = open_problem(address)
+    config = OptimizeConfig(budget=call.budget, device=call.device,
+                            baseline="eager" if call.device == "cpu" else "best")
+    begun = time.monotonic()
+    outcome = Optimizer(problem, store, config, lambda line: _log(f"  {line}")).run()
+    seconds = time.monotonic() - begun
+    statuses = Counter(c.status for c in archive.candidates(store, problem.name))
+    elites = archive.elites(store, problem.name)
+    record = {"problem": address, "judged": outcome.judged, "reused": outcome.reused,
+              "statuses": dict(statuses), "search_seconds": round(seconds, 1),
+              "cells": [elite.cell for elite in elites],
+              "best": None}
+    if outcome.best is not None:
+        best_config = EvalConfig(device=call.device, baseline=config.baseline,
+                                 smallest=1 if call.device == "cpu" else None)
+        traces = evaluate(problem, parse_solution(outcome.best.solution), best_config)
+        record["best"] = {"name": outcome.best.name, "cell": outcome.best.cell,
+                          "fitness": outcome.best.fitness,
+                          **best_numbers(traces, scored=call.device == "cuda")}
+    return record
+
+
+def best_numbers(traces: list[Trace], scored: bool) -> dict[str, Any]:
+    """The best elite against the bound and both baselines, over its workloads. CPU timings
+    are not priced against T_SOL (`scored` False): then only the speedups."""
+    passed = [t for t in traces if t.status is Status.PASSED]
+    s_best, s_eager, fractions, over_compile, bounds = [], [], [], [], Counter()
+    for trace in passed:
+        evaluation = trace.evaluation
+        t_k = evaluation.performance.latency_ms
+        baseline = evaluation.baseline
+        if evaluation.sol_score is not None:
+            s_best.append(evaluation.sol_score)
+        if evaluation.sol_bound is not None:
+            bounds[evaluation.sol_bound] += 1
+        if scored and evaluation.t_sol_ms is not None:
+            fractions.append(min(evaluation.t_sol_ms / t_k, 1.0))
+            if baseline is not None and baseline.eager_ms is not None:
+                with contextlib.suppress(ScoreError):  # a baseline at the bound has no score
+                    s_eager.append(sol_score(t_k, baseline.eager_ms, evaluation.t_sol_ms))
+        if baseline is not None and baseline.compile_ms is not None:
+            over_compile.append(baseline.compile_ms / t_k)
+    return {"workloads": len(traces), "passed": len(passed),
+            "s_vs_best": _mean(s_best), "s_vs_eager": _mean(s_eager),
+            "fraction_of_sol": statistics.median(fractions) if fractions else None,
+            "speedup_over_compile": _geomean(over_compile),
+            "binding_bound": bounds.most_common(1)[0][0] if bounds else None}
+
+
+def goal(records: list[dict[str, Any]]) -> dict[str, Any]:
+    bests = [r["best"] for r in records if r["best"] is not None]
+
+    def median(key: str) -> float | None:
+        values = [b[key] for b in bests if b.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    beats = [b["speedup_over_compile"] > 1 for b in bests
+             if b.get("speedup_over_compile") is not None]
+    share = sum(beats) / len(records) if records else None
+    numbers = {"problems": len(records), "with_a_correct_kernel": len(bests),
+               "fraction_of_sol": median("fraction_of_sol"), "s_vs_eager": median("s_vs_eager"),
+               "s_vs_best": median("s_vs_best"), "beats_compile_share": share}
+    met = {key: numbers[key] is not None and numbers[key] >= target
+           for key, target in GOAL.items()}
+    stalls = [{"problem": r["problem"], "fraction_of_sol": r["best"]["fraction_of_sol"] if
+               r["best"] else None, "binding_bound": r["best"]["binding_bound"] if r["best"]
+               else None, "cells": r["cells"], "statuses": r["statuses"]}
+              for r in records if not r["best"] or (r["best"]["fraction_of_sol"] or 0) <
+              GOAL["fraction_of_sol"]]
+    return {"numbers": numbers, "targets": GOAL, "met": met, "stalls": stalls,
+            "gpu_minutes": round(sum(r["search_seconds"] for r in records) / 60, 2)}
+
+
+def write_summary(call: Call) -> dict[str, Any]:
+    records = [json.loads(line) for line in _lines(call.progress)]
+    summary = {"what": "template search (solforge optimize --proposer templates) per problem",
+               "date": datetime.date.today().isoformat(), "environment": _environment(),
+               "device": call.device, "budget_per_problem": call.budget,
+               "goal": goal(records), "problems": records}
+    (call.out / f"{call.name}-forge.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (call.out / f"{call.name}-forge.md").write_text(markdown(summary))
+    return summary
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    env, result = summary["environment"], summary["goal"]
+    lines = [f"# Template search per problem ({summary['date']})", "",
+             f"{env['gpu']}, torch {env['torch']}, triton {env['triton']}; device "
+             f"{summary['device']}; {summary['budget_per_problem']} candidates per problem; "
+             f"{result['gpu_minutes']} minutes of search (GPU-minutes on a GPU).", "",
+             "| goal | measured | target | met |", "|---|---|---|---|"]
+    for key, target in result["targets"].items():
+        lines.append(f"| {key} | {_fmt(result['numbers'][key])} | {target} | "
+                     f"{'yes' if result['met'][key] else 'no'} |")
+    lines += ["", "| problem | judged | best cell | S vs best | S vs eager | T_SOL/T_k | "
+              "vs compile | bound |", "|---|---|---|---|---|---|---|---|"]
+    for record in summary["problems"]:
+        best = record["best"] or {}
+        lines.append(f"| {record['problem']} | {record['judged']} | {best.get('cell', '-')} | "
+                     f"{_fmt(best.get('s_vs_best'))} | {_fmt(best.get('s_vs_eager'))} | "
+                     f"{_fmt(best.get('fraction_of_sol'))} | "
+                     f"{_fmt(best.get('speedup_over_compile'))} | "
+                     f"{best.get('binding_bound') or '-'} |")
+    lines += ["", f"Stalled (below {GOAL['fraction_of_sol']} of the speed of light): "
+              f"{len(result['stalls'])}"]
+    for stall in result["stalls"]:
+        lines.append(f"- {stall['problem']}: T_SOL/T_k {_fmt(stall['fraction_of_sol'])}, "
+                     f"bound {stall['binding_bound'] or '-'}, cells {', '.join(stall['cells'])}"
+                     f", statuses {stall['statuses']}")
+    return "\n".join(lines) + "\n"
+
+
+def _lines(path: Path) -> list[str]:
+    return [line for line in path.read_text().splitlines() if line] if path.is_file() else []
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _environment() -> dict[str, Any]:
+    import triton
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return {"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__,
+            "cuda": torch.version.cuda, "python": platform.python_version()}
+
+
+def _log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("problems", nargs="*")
+    parser.add_argument("--count", type=int, default=24, help="problems when none are given")
+    parser.add_argument("--budget", type=int, default=12)
+    parser.add_argument("--deadline-s", type=float, default=540.0)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--name", default=None, help="files' prefix (default: h200, or cpu)")
+    args = parser.parse_args()
+    started = time.monotonic()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("no CUDA GPU: run on the H200, or pass --device cpu")
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = args.name or ("h200" if args.device == "cuda" else "cpu")
+    call = Call(args.out.resolve(), args.problems or default_problems(args.count), args.budget,
+                args.deadline_s, args.device, name)
+    search_until_deadline(call, started)
+    summary = write_summary(call)
+    _log(f"goal: {summary['goal']['numbers']} met: {summary['goal']['met']}")
+
+
+if __name__ == "__main__":
+    main()
