@@ -4,7 +4,10 @@
 Writers open a new database together (its tables must be created once), then, round after
 round and all at the same moment, ask for the same problem, workloads and solution, save the
 same analyses and the same trace, and save rows of their own. Every writer must get the same
-ids, every key must have exactly one row, and no row of any writer may be missing.
+ids, every key must have exactly one row, and no row of any writer may be missing. Then the
+optimizer's archive: writers add the same and their own candidates and offer each as the elite
+of the same cells at once; every candidate is stored once, and each cell ends with the best
+fitness offered.
 """
 
 from __future__ import annotations
@@ -95,11 +98,11 @@ def write_together(url: str, writer: int, barrier: Any, results: Any) -> None:
     results.put((writer, seen))
 
 
-def _run_writers(url: str) -> list[list[Any]]:
+def _run_writers(url: str, target: Any = None) -> list[list[Any]]:
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(WRITERS)
     results = context.Queue()
-    writers = [context.Process(target=write_together, args=(url, n, barrier, results))
+    writers = [context.Process(target=target or write_together, args=(url, n, barrier, results))
                for n in range(WRITERS)]
     for process in writers:
         process.start()
@@ -139,3 +142,74 @@ def test_writers_share_a_postgres_store_without_duplicates_or_losses(postgres_ur
 
 def test_writers_share_a_sqlite_store_without_duplicates_or_losses(tmp_path):
     _check_one_row_per_key_and_none_lost(f"sqlite:///{tmp_path / 'shared.db'}")
+
+
+# -- the optimizer's archive: candidates once, elites replaced atomically ------------------------
+
+CELLS = ("plain/cuda_core/tile_per_program/small", "tma/wgmma/persistent/large")
+
+
+def _fitness(writer: int, round_: int, cell: int) -> float:
+    """Distinct for every offer, and the best of each cell offered by no fixed writer."""
+    return ((writer * 7 + round_ * 3 + cell * 5) % 29) + writer / 100 + round_ / 1000
+
+
+def search_together(url: str, writer: int, barrier: Any, results: Any) -> None:
+    """One optimizer: in every round the same shared candidate and one of its own, each offered
+    as the elite of both cells, all writers at the same moment."""
+    from solforge.forge import archive
+
+    barrier.wait(WAIT_S)
+    store = Store(url)
+    ids = []
+    for round_ in range(ROUNDS):
+        barrier.wait(WAIT_S)
+        for name in (f"shared {round_}", f"writer {writer} round {round_}"):
+            record = archive.CandidateRecord(
+                problem="rmsnorm_small", name=name, proposer=f"test:{writer}",
+                solution=_solution(name), status="PASSED", fitness=1.0,
+                fitness_kind="sol_score", latency_ms=1.0, cell=CELLS[0], descriptor={},
+                evidence=None, params={})
+            candidate = archive.add_candidate(store, record)
+            ids.append((name, candidate))
+            for number, cell in enumerate(CELLS):
+                fitness = _fitness(writer, round_, number)
+                archive.offer_elite(store, "rmsnorm_small", cell, candidate, fitness)
+                ids.append((cell, candidate, fitness))
+    store.engine.dispose()
+    results.put((writer, ids))
+
+
+def _check_the_archive(url: str) -> None:
+    from solforge.forge import archive
+    from solforge.store.schema import ArchiveCell, Candidate
+
+    seen = _run_writers(url, search_together)
+    store = Store(url)
+    rows = store.rows(Candidate)
+    assert len(rows) == ROUNDS * (1 + WRITERS)  # the shared candidates once, none lost
+    by_name = {row.name: row.id for row in rows}
+    for ids in seen:  # every writer got the one row of each shared candidate
+        for entry in ids:
+            if len(entry) == 2:
+                assert by_name[entry[0]] == entry[1]
+    cells = {cell.cell: cell for cell in store.rows(ArchiveCell)}
+    assert set(cells) == set(CELLS)
+    for cell in CELLS:
+        offers = [(entry[2], entry[1]) for ids in seen for entry in ids
+                  if len(entry) == 3 and entry[0] == cell]
+        best_fitness = max(fitness for fitness, _ in offers)
+        assert cells[cell].fitness == best_fitness  # no better offer lost to a race
+        assert (best_fitness, cells[cell].elite_id) in offers  # the elite is that offer's
+    assert [elite.fitness for elite in archive.elites(store, "rmsnorm_small")] == sorted(
+        (cells[cell].fitness for cell in CELLS), reverse=True)
+    store.engine.dispose()
+
+
+def test_optimizers_share_a_postgres_archive_atomically(postgres_url):
+    _check_the_archive(postgres_url)
+
+
+def test_optimizers_share_a_sqlite_archive_atomically(tmp_path):
+    _check_the_archive(f"sqlite:///{tmp_path / 'archive.db'}")
+
