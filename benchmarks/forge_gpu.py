@@ -28,7 +28,6 @@ import contextlib
 import datetime
 import json
 import math
-import platform
 import statistics
 import sys
 import time
@@ -41,6 +40,9 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from script_common import fmt, log, recorded_environment  # noqa: E402
 
 from solforge.forge import archive  # noqa: E402
 from solforge.forge.loop import OptimizeConfig, Optimizer  # noqa: E402
@@ -94,7 +96,7 @@ def search_until_deadline(call: Call, started: float) -> None:
             continue
         left = call.deadline_s - (time.monotonic() - started)
         if left < longest + MARGIN_S:
-            _log(f"stopping before {address}: {left:.0f} s left, the longest search took "
+            log(f"stopping before {address}: {left:.0f} s left, the longest search took "
                  f"{longest:.0f} s; run the same command again to go on")
             return
         begun = time.monotonic()
@@ -102,7 +104,7 @@ def search_until_deadline(call: Call, started: float) -> None:
         longest = max(longest, time.monotonic() - begun)
         with call.progress.open("a") as file:
             file.write(json.dumps(record) + "\n")
-        _log(f"[{number}/{len(call.problems)}] {address}: {record['judged']} judged in "
+        log(f"[{number}/{len(call.problems)}] {address}: {record['judged']} judged in "
              f"{record['search_seconds']:.0f} s, best {record['best']}")
 
 
@@ -111,7 +113,7 @@ def search_problem(call: Call, store: Any, address: str) -> dict[str, Any]:
     config = OptimizeConfig(budget=call.budget, device=call.device,
                             baseline="eager" if call.device == "cpu" else "best")
     begun = time.monotonic()
-    outcome = Optimizer(problem, store, config, lambda line: _log(f"  {line}")).run()
+    outcome = Optimizer(problem, store, config, lambda line: log(f"  {line}")).run()
     seconds = time.monotonic() - begun
     statuses = Counter(c.status for c in archive.candidates(store, problem.name))
     elites = archive.elites(store, problem.name)
@@ -183,7 +185,8 @@ def goal(records: list[dict[str, Any]]) -> dict[str, Any]:
 def write_summary(call: Call) -> dict[str, Any]:
     records = [json.loads(line) for line in _lines(call.progress)]
     summary = {"what": "template search (solforge optimize --proposer templates) per problem",
-               "date": datetime.date.today().isoformat(), "environment": _environment(),
+               "date": datetime.date.today().isoformat(),
+               "environment": recorded_environment(call.device),
                "device": call.device, "budget_per_problem": call.budget,
                "goal": goal(records), "problems": records}
     (call.out / f"{call.name}-forge.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -194,26 +197,26 @@ def write_summary(call: Call) -> dict[str, Any]:
 def markdown(summary: dict[str, Any]) -> str:
     env, result = summary["environment"], summary["goal"]
     lines = [f"# Template search per problem ({summary['date']})", "",
-             f"{env['gpu']}, torch {env['torch']}, triton {env['triton']}; device "
+             f"{env['summary']}; device "
              f"{summary['device']}; {summary['budget_per_problem']} candidates per problem; "
              f"{result['gpu_minutes']} minutes of search (GPU-minutes on a GPU).", "",
              "| goal | measured | target | met |", "|---|---|---|---|"]
     for key, target in result["targets"].items():
-        lines.append(f"| {key} | {_fmt(result['numbers'][key])} | {target} | "
+        lines.append(f"| {key} | {fmt(result['numbers'][key])} | {target} | "
                      f"{'yes' if result['met'][key] else 'no'} |")
     lines += ["", "| problem | judged | best cell | S vs best | S vs eager | T_SOL/T_k | "
               "vs compile | bound |", "|---|---|---|---|---|---|---|---|"]
     for record in summary["problems"]:
         best = record["best"] or {}
         lines.append(f"| {record['problem']} | {record['judged']} | {best.get('cell', '-')} | "
-                     f"{_fmt(best.get('s_vs_best'))} | {_fmt(best.get('s_vs_eager'))} | "
-                     f"{_fmt(best.get('fraction_of_sol'))} | "
-                     f"{_fmt(best.get('speedup_over_compile'))} | "
+                     f"{fmt(best.get('s_vs_best'))} | {fmt(best.get('s_vs_eager'))} | "
+                     f"{fmt(best.get('fraction_of_sol'))} | "
+                     f"{fmt(best.get('speedup_over_compile'))} | "
                      f"{best.get('binding_bound') or '-'} |")
     lines += ["", f"Stalled (below {GOAL['fraction_of_sol']} of the speed of light): "
               f"{len(result['stalls'])}"]
     for stall in result["stalls"]:
-        lines.append(f"- {stall['problem']}: T_SOL/T_k {_fmt(stall['fraction_of_sol'])}, "
+        lines.append(f"- {stall['problem']}: T_SOL/T_k {fmt(stall['fraction_of_sol'])}, "
                      f"bound {stall['binding_bound'] or '-'}, cells {', '.join(stall['cells'])}"
                      f", statuses {stall['statuses']}")
     return "\n".join(lines) + "\n"
@@ -231,20 +234,7 @@ def _geomean(values: list[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
 
-
-def _environment() -> dict[str, Any]:
-    import triton
-
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return {"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__,
-            "cuda": torch.version.cuda, "python": platform.python_version()}
-
-
-def _log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 def main() -> None:
@@ -266,7 +256,7 @@ def main() -> None:
                 args.deadline_s, args.device, name)
     search_until_deadline(call, started)
     summary = write_summary(call)
-    _log(f"goal: {summary['goal']['numbers']} met: {summary['goal']['met']}")
+    log(f"goal: {summary['goal']['numbers']} met: {summary['goal']['met']}")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
 import statistics
 import sys
 import time
@@ -41,6 +40,9 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from script_common import fmt, log, recorded_environment  # noqa: E402
 
 from solforge.bench.plan import find_solutions, plan_problems, solution_folders  # noqa: E402
 from solforge.bench.results import ProblemResults, read_results  # noqa: E402
@@ -80,14 +82,14 @@ def bench_until_deadline(call: Call, started: float) -> list[BenchOutcome]:
     for number, problem in enumerate(problems, start=1):
         left = call.deadline_s - (time.monotonic() - started)
         if left < longest + MARGIN_S:
-            _log(f"stopping before {problem.address}: {left:.0f} s left, the longest problem "
+            log(f"stopping before {problem.address}: {left:.0f} s left, the longest problem "
                  f"took {longest:.0f} s; run the same command again to go on")
             break
         begun = time.monotonic()
         outcome = run_bench([problem], store, config)
         longest = max(longest, time.monotonic() - begun)
         outcomes.append(outcome)
-        _log(f"[{number}/{len(problems)}] {problem.address}: {outcome.measured} measured, "
+        log(f"[{number}/{len(problems)}] {problem.address}: {outcome.measured} measured, "
              f"{outcome.skipped} already stored, {time.monotonic() - begun:.1f} s"
              + "".join(f"\n    could not run: {failure}" for failure in outcome.failures))
     return outcomes
@@ -142,7 +144,8 @@ def write_tables(call: Call, outcomes: list[BenchOutcome]) -> dict[str, Any]:
     records = [problem_record(r, baseline, scored, shipped) for r in results]
     tiers = [vars(line) for line in tier_lines(results, baseline, scored)]
     summary = {"what": "solforge bench over the bundled suite with the shipped solutions",
-               "date": datetime.date.today().isoformat(), "environment": _environment(),
+               "date": datetime.date.today().isoformat(),
+               "environment": recorded_environment(call.device),
                "device": call.device, "baseline": baseline,
                "problems_benched": len(records), "tiers": tiers, "goal": goal(records),
                "problems": records}
@@ -159,32 +162,31 @@ def write_report(call: Call) -> None:
 def markdown(summary: dict[str, Any]) -> str:
     env = summary["environment"]
     lines = [f"# solforge bench over the suite ({summary['date']})", "",
-             f"{env['gpu']}, torch {env['torch']}, triton {env['triton']}, CUDA {env['cuda']}; "
-             f"device {summary['device']}, T_b = {summary['baseline']}; "
+             f"{env['summary']}; device {summary['device']}, T_b = {summary['baseline']}; "
              f"{summary['problems_benched']} problems.", "",
              "| tier | problems | with solutions | compile median S | solutions median S | "
              "median T_SOL/T_k |", "|---|---|---|---|---|---|"]
     for tier in summary["tiers"]:
         lines.append(f"| {tier['tier']} | {tier['problems']} | {tier['with_solutions']} | "
-                     f"{_fmt(tier['compile_sol_score'])} | {_fmt(tier['sol_score'])} | "
-                     f"{_fmt(tier['fraction_of_sol'])} |")
+                     f"{fmt(tier['compile_sol_score'])} | {fmt(tier['sol_score'])} | "
+                     f"{fmt(tier['fraction_of_sol'])} |")
     target = summary["goal"]
     lines += ["", f"Shipped solutions: {target['shipped_solutions']}, median T_SOL/T_k "
-              f"{_fmt(target['median_fraction_of_sol'])} (target {GOAL_FRACTION}), faster than "
+              f"{fmt(target['median_fraction_of_sol'])} (target {GOAL_FRACTION}), faster than "
               f"torch.compile on {target['faster_than_compile']} (target "
               f"{GOAL_FASTER_THAN_COMPILE}).", "",
               "| problem | T_SOL ms | eager ms | compile ms | solution | passed | S | "
               "T_SOL/T_k | vs compile |", "|---|---|---|---|---|---|---|---|---|"]
     for record in summary["problems"]:
-        head = (f"| {record['problem']} | {_fmt(record['t_sol_ms'])} | "
-                f"{_fmt(record['eager_ms'])} | {_fmt(record['compile_ms'])} |")
+        head = (f"| {record['problem']} | {fmt(record['t_sol_ms'])} | "
+                f"{fmt(record['eager_ms'])} | {fmt(record['compile_ms'])} |")
         if not record["solutions"]:
             lines.append(head + " - | | | | |")
         for solution in record["solutions"]:
             lines.append(f"{head} {solution['name']} | {solution['passed']}/"
-                         f"{solution['workloads']} | {_fmt(solution['sol_score'])} | "
-                         f"{_fmt(solution['fraction_of_sol'])} | "
-                         f"{_fmt(solution['speedup_compile'])} |")
+                         f"{solution['workloads']} | {fmt(solution['sol_score'])} | "
+                         f"{fmt(solution['fraction_of_sol'])} | "
+                         f"{fmt(solution['speedup_compile'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -198,21 +200,7 @@ def _median(values: Any) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
 
-
-def _environment() -> dict[str, Any]:
-    import triton
-
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return {"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__,
-            "cuda": torch.version.cuda, "python": platform.python_version(),
-            "host": platform.node()}
-
-
-def _log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 def main() -> None:
@@ -234,8 +222,8 @@ def main() -> None:
     if summary["problems"]:
         write_report(call)
     else:
-        _log("nothing benched yet: no report")
-    _log(f"goal: {summary['goal']}")
+        log("nothing benched yet: no report")
+    log(f"goal: {summary['goal']}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,30 @@
+"""What the resumable GPU scripts (suite_gpu.py, forge_gpu.py) share: the machine they record,
+a timestamped log line, and how a number is written in their tables."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from solforge.harness.environment import run_environment
+
+
+def recorded_environment(device: str) -> dict[str, Any]:
+    """The store's record of a run's machine (GPU, driver, clocks, library versions), with a
+    one-line description for the tables."""
+    found = run_environment(torch.device(device))
+    libs = found["libs"]
+    found["summary"] = (f"{found.get('gpu', found['hardware'])}, torch {libs['torch']}, triton "
+                        f"{libs.get('triton', '-')}, CUDA {libs.get('cuda', '-')}, driver "
+                        f"{found.get('driver', '-')}")
+    return found
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def fmt(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
