@@ -27,6 +27,7 @@ from solforge.forge.templates.resources import (
     tile_words,
 )
 from solforge.forge.templates.template import (
+    FLOAT_DTYPES,
     Params,
     Template,
     binding_for,
@@ -40,7 +41,6 @@ from solforge.problem.problem import Problem
 from solforge.problem.workload import Workload
 
 ACTIVATIONS = ("silu", "gelu_tanh", "gelu_erf")
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 ACCESS_BYTES = 16  # the widest global load or store of one thread
 
 

@@ -23,6 +23,7 @@ from solforge.forge.templates.resources import (
     tile_words,
 )
 from solforge.forge.templates.template import (
+    FLOAT_DTYPES,
     Params,
     Template,
     binding_for,
@@ -35,7 +36,6 @@ from solforge.problem.definition import Definition
 from solforge.problem.problem import Problem
 from solforge.problem.workload import Workload
 
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 IGNORE_INDEX = -100
 
 

@@ -27,6 +27,7 @@ from solforge.forge.templates.resources import (
     tile_words,
 )
 from solforge.forge.templates.template import (
+    FLOAT_DTYPES,
     Params,
     Template,
     binding_for,
@@ -37,8 +38,6 @@ from solforge.forge.templates.template import (
 from solforge.problem.definition import Definition, TensorSpec
 from solforge.problem.problem import Problem
 from solforge.problem.workload import Workload
-
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
