@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from script_common import fmt, log, recorded_environment  # noqa: E402
 
+from solforge.errors import SolforgeError  # noqa: E402
 from solforge.forge import archive  # noqa: E402
 from solforge.forge.loop import OptimizeConfig, Optimizer  # noqa: E402
 from solforge.forge.templates import templates_for  # noqa: E402
@@ -260,4 +261,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SolforgeError as exc:  # a bad target or problem: its message, not a traceback
+        sys.exit(f"{Path(__file__).name}: {exc}")

@@ -52,6 +52,7 @@ from solforge.bench.summary import (  # noqa: E402
     solution_line,
     tier_lines,
 )
+from solforge.errors import SolforgeError  # noqa: E402
 from solforge.report import gather, render  # noqa: E402
 from solforge.score import summarize  # noqa: E402
 from solforge.storage import open_store  # noqa: E402
@@ -227,4 +228,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SolforgeError as exc:  # a bad target or problem: its message, not a traceback
+        sys.exit(f"{Path(__file__).name}: {exc}")

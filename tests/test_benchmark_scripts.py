@@ -61,3 +61,13 @@ def test_forge_script_searches_records_resumes_and_reports_the_goal(tmp_path):
     again = _run(FORGE_SCRIPT, str(tmp_path), PROBLEM, "--budget", "2", "--device", "cpu")
     assert "judged" not in again.stdout  # the problem is done: nothing searched again
     assert len((tmp_path / "cpu-forge.jsonl").read_text().splitlines()) == 1  # done: skipped
+
+
+def test_a_bad_target_is_a_message_not_a_traceback(tmp_path):
+    for script in (SUITE_SCRIPT, FORGE_SCRIPT):
+        done = subprocess.run([sys.executable, str(script), str(tmp_path), "l1/no_such_problem",
+                               "--device", "cpu"], capture_output=True, text=True, timeout=300,
+                              cwd=REPO)
+        assert done.returncode == 1
+        assert f"{script.name}: l1/no_such_problem" in done.stderr
+        assert "Traceback" not in done.stderr
