@@ -18,7 +18,7 @@ NAME-forge.json / .md hold the goal of issue 6: over at least 20 problems, media
 >= 0.75, median S >= 0.85 against eager and >= 0.60 against the best baseline, faster than
 torch.compile on at least 80%; and where the search stalls (problems below 0.75 of the speed of
 light, with their binding bound and their elites' cells). `--device cpu` runs the CPU mode
-(smallest workload, speedups only): what tests/test_benchmark_scripts.py runs.
+(smallest workload, speedups only): what tests/benchmarks/test_benchmark_scripts.py runs.
 """
 
 from __future__ import annotations
@@ -44,13 +44,13 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from script_common import fmt, log, recorded_environment  # noqa: E402
 
+from solforge.data.solution import parse_solution  # noqa: E402
+from solforge.data.trace import Status, Trace  # noqa: E402
 from solforge.errors import SolforgeError  # noqa: E402
 from solforge.forge import archive  # noqa: E402
 from solforge.forge.loop import OptimizeConfig, Optimizer  # noqa: E402
 from solforge.forge.templates import templates_for  # noqa: E402
 from solforge.harness.evaluate import EvalConfig, evaluate  # noqa: E402
-from solforge.harness.solution import parse_solution  # noqa: E402
-from solforge.harness.trace import Status, Trace  # noqa: E402
 from solforge.problem.suite import bundled_problem_dirs, open_problem, tier_of  # noqa: E402
 from solforge.score import ScoreError, sol_score  # noqa: E402
 from solforge.storage import open_store  # noqa: E402

@@ -18,7 +18,7 @@ One call, within --deadline-s seconds of wall time from its start:
 Files in OUTDIR (all kept, so the next call resumes from them): h200-hgemm-tune.jsonl (the
 tuned table), h200-hgemm-tune.jsonl.started, h200-hgemm-bench.jsonl, h200-hgemm-summary.json,
 h200-hgemm-summary.md, h200-hgemm-environment.json, h200-hgemm-log.txt.
---stage check runs the GPU tests of tests/test_hgemm.py instead (a few minutes, once).
+--stage check runs the GPU tests of tests/hgemm/test_hgemm.py instead (a few minutes, once).
 
 nvmath-python (the cuBLASLt baselines) is not on the H200 image. Carry its wheel in the
 git-ignored .whl/ (nvmath_python-1.0.0-cp312-cp312-manylinux_2_28_x86_64.whl; its dependencies
@@ -272,7 +272,7 @@ def run_check(run: Run) -> None:
     if guard_wgmma(run) != "passed":
         env[wgmma.DISABLE_ENV] = "1"
     done = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rA",
-                           "-p", "no:cacheprovider", "tests/test_hgemm.py"],
+                           "-p", "no:cacheprovider", "tests/hgemm/test_hgemm.py"],
                           cwd=REPO, env=env, capture_output=True, text=True)
     run.log(done.stdout[-6000:] + done.stderr[-2000:])
 

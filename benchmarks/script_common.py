@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from solforge.harness.environment import run_environment
+from solforge.measure.environment import run_environment
 
 
 def recorded_environment(device: str) -> dict[str, Any]:

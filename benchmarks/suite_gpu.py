@@ -20,8 +20,8 @@ from everything the store holds:
     OUTDIR/NAME-suite-report.html   `solforge report` of the store
 NAME is --name: h200 by default on the GPU, cpu in CPU mode.
 
-`--device cpu` runs the CPU mode (smallest workloads, no scores): what tests/test_benchmarks.py
-runs to keep this script working without a GPU.
+`--device cpu` runs the CPU mode (smallest workloads, no scores): what
+tests/benchmarks/test_benchmark_scripts.py runs to keep this script working without a GPU.
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ import torch
 
 import solforge
 from solforge.errors import SolforgeError
-from solforge.format import duration_ms
 from solforge.hardware import load_profile
 from solforge.hardware.profile import HardwareProfile
+from solforge.humanize import duration_ms
 from solforge.problem import Problem, Workload
 from solforge.problem.suite import address_of, bundled_problem_dirs, open_problem, tier_of
 from solforge.solar import DEFAULT_FP32_POLICY, analyze_workload, trace_reference

@@ -35,8 +35,8 @@ from typing import Any
 import torch
 
 from solforge.bench.run import CPU_WORKLOADS
+from solforge.data.solution import load_solution, solution_from_python
 from solforge.harness.evaluate import EvalConfig
-from solforge.harness.solution import load_solution, solution_from_python
 from solforge.runners import EvalTask, TaskResult, open_runner
 
 ROOT = Path(__file__).resolve().parent.parent

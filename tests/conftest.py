@@ -1,42 +1,30 @@
-"""Shared test helpers: problems written to a temporary folder from Python dicts."""
+"""Test configuration: the one GPU-skip hook and the fixtures every package's tests share.
+
+Tests that need a CUDA GPU carry `@pytest.mark.gpu` and nothing else; the hook below skips
+them on a machine without one. `benchmarks/run_gpu_checks.sh` runs them with `-m gpu`.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from helpers import write_problem
 
 # Triton kernels in the tests run in Triton's interpreter on the CPU.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-def requires_gpu():
-    return pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-
-def random_inputs(definition: dict[str, Any]) -> dict[str, dict[str, str]]:
-    return {name: {"type": "random"} for name in definition["inputs"]}
-
-
-def write_problem(folder: Path, definition: dict[str, Any],
-                  workloads: list[dict[str, Any]]) -> Path:
-    """A problem folder holding `definition` and one workload line per entry of `workloads`.
-
-    A workload given as {"axes": {...}} gets a uuid and random sources for every input.
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "definition.json").write_text(json.dumps(definition, indent=1))
-    lines = []
-    for number, workload in enumerate(workloads):
-        if "workload" not in workload:  # not a flashinfer-trace wrapped line
-            workload = {"uuid": f"w{number}", "inputs": random_inputs(definition), **workload}
-        lines.append(json.dumps(workload))
-    (folder / "workload.jsonl").write_text("\n".join(lines) + "\n")
-    return folder
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from solforge.data.solution import load_solution
+from solforge.data.trace import Status, Trace
 from solforge.harness.evaluate import EvalConfig, evaluate
 from solforge.harness.session import Limits
-from solforge.harness.solution import load_solution
-from solforge.harness.trace import Status, Trace
 from solforge.problem import load_problem
 
 TESTS = Path(__file__).resolve().parent

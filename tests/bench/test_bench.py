@@ -8,7 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 from harness_corpus import HONEST, PROBLEMS, short_limits
 from typer.testing import CliRunner
 
@@ -18,10 +17,10 @@ from solforge.bench.results import Measured, ProblemResults, read_results
 from solforge.bench.run import SilentReporter
 from solforge.bench.summary import best_solution, compile_line, problem_line, tier_line
 from solforge.cli import app
+from solforge.data.solution import solution_from_python
+from solforge.data.trace import Trace
 from solforge.errors import SolforgeError
 from solforge.harness.evaluate import EvalConfig, evaluate_reference
-from solforge.harness.solution import solution_from_python
-from solforge.harness.trace import Trace
 from solforge.problem import load_problem
 from solforge.problem.suite import bundled_problem_dirs
 from solforge.score import sol_score
@@ -142,7 +141,6 @@ def test_a_crash_and_an_interrupt_keep_what_was_saved(tmp_path, solutions):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_bench_on_a_gpu_times_both_baselines_and_scores(tmp_path, solutions):
     store = open_store(f"sqlite:///{tmp_path / 'bench.db'}")
     problems = plan_problems([str(SMALL)], find_solutions([solutions]), "cuda")

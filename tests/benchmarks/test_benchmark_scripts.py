@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SUITE_SCRIPT = REPO / "benchmarks" / "suite_gpu.py"
 PROBLEM = "l1/rmsnorm_llama3_1_8b"  # has a shipped solution
 

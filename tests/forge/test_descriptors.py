@@ -15,9 +15,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import torch
-from conftest import write_problem
+from helpers import REPO, write_problem
 
+from solforge.data.solution import load_solution, solution_from_python
 from solforge.forge.capture import (
     CaptureJob,
     CompiledKernel,
@@ -38,11 +38,10 @@ from solforge.forge.descriptors import (
     memory_path,
     parallel_structure,
 )
-from solforge.harness.solution import load_solution, solution_from_python
 from solforge.problem.problem import Problem, load_problem
 from solforge.problem.suite import open_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 BUNDLED_SOLUTIONS = [path for path in sorted((ROOT / "src/solforge/solutions").glob("*/*/*.json"))
                      if "triton" in load_solution(path).languages]
 FIXTURE_SOLUTION = ROOT / "tests" / "fixtures" / "harness" / "honest" / "triton_rmsnorm"
@@ -483,7 +482,6 @@ def test_bad_target_and_interpreter_mode_are_refused():
         capture_kernels(solution, [])
 
 
-needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 # Run on the GPU in a process without the interpreter: the kernel really launches, and the
 # PTX / TTGIR that Triton compiled for it are written out for describe_ptx.
@@ -501,7 +499,6 @@ json.dump({"ptx": compiled.asm["ptx"], "ttgir": compiled.asm["ttgir"]}, open(sys
 
 
 @pytest.mark.gpu
-@needs_gpu
 def test_gpu_compile_gives_the_cpu_capture_cell(tmp_path, make_problem):
     """What Triton compiles when the kernel really runs on the GPU lands in the same cell as the
     CPU's compile-only capture, and the capture also works with CUDA inputs."""

@@ -11,7 +11,6 @@ import random
 from dataclasses import replace
 
 import pytest
-from conftest import requires_gpu
 from harness_corpus import PROBLEMS, short_limits
 from openai_server import (
     BAD_REQUEST,
@@ -23,6 +22,7 @@ from openai_server import (
     FakeOpenAI,
 )
 
+from solforge.data.trace import Correctness, Environment, Evaluation
 from solforge.forge.llm import (
     PARSE_ERROR,
     Attempt,
@@ -44,7 +44,6 @@ from solforge.forge.llm.parse import code_blocks
 from solforge.forge.llm.prompt import PromptError, build_prompt, prompt_digest
 from solforge.hardware.load import load_profile
 from solforge.harness import EvalConfig, Status, Trace, evaluate, parse_solution
-from solforge.harness.trace import Correctness, Environment, Evaluation
 from solforge.problem import load_problem
 from solforge.solar import analyze_workload
 from solforge.store import Store
@@ -215,7 +214,6 @@ def test_the_proposed_kernel_passes_the_harness_on_the_cpu(
 
 
 @pytest.mark.gpu
-@requires_gpu()
 @pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="needs openai")
 def test_the_proposed_kernel_passes_the_harness_on_the_gpu(make_proposer, problem, analysis,
                                                             tmp_path):

@@ -12,12 +12,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import TESTS
 
 from solforge.forge.llm.prompt import attempt_block
 from solforge.forge.llm.records import Attempt
 from solforge.forge.ncu import METRICS, NVTX_RANGE, Profile, parse_ncu_csv, profile_solution
 
-ROOT = Path(__file__).resolve().parent
+ROOT = TESTS
 PROBLEM = ROOT / "fixtures" / "harness" / "rmsnorm_small"
 
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'

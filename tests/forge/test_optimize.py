@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import TESTS
 
 from solforge.forge import archive
 from solforge.forge.llm import LLMConfig
@@ -16,7 +17,7 @@ from solforge.problem import load_problem
 from solforge.store import Store
 from solforge.store.schema import LLMCall
 
-ROOT = Path(__file__).resolve().parent
+ROOT = TESTS
 PROBLEM = ROOT / "fixtures" / "harness" / "rmsnorm_small"
 
 sys.path.insert(0, str(ROOT))

@@ -3,10 +3,9 @@ an invalid setting, and the objective always the caller's."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import optuna
 import pytest
+from helpers import FIXTURES
 
 from solforge.forge import search as search_module
 from solforge.forge.search import FAILED, SCORED, best_trial, search, valid_space
@@ -14,7 +13,7 @@ from solforge.forge.templates import template_named
 from solforge.forge.templates.template import Template
 from solforge.problem.problem import load_problem
 
-PROBLEM = load_problem(Path(__file__).parent / "fixtures" / "templates" /
+PROBLEM = load_problem(FIXTURES / "templates" /
                        "linear_bias_silu_ragged")
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
-from conftest import requires_gpu
+from helpers import FIXTURES as TEST_FIXTURES
 
 from solforge.forge.capture import CaptureJob, DescriptorError, capture_solutions
 from solforge.forge.descriptors import describe_kernels
@@ -17,7 +16,7 @@ from solforge.forge.templates.template import TemplateError
 from solforge.harness import EvalConfig, Status, evaluate, parse_solution
 from solforge.problem.suite import open_problem
 
-FIXTURES = Path(__file__).parent / "fixtures" / "templates"
+FIXTURES = TEST_FIXTURES / "templates"
 
 # One case per template: template -> (problem, settings valid on all its workloads). The GEMM
 # and attention cases use small fixture problems with ragged edges; the rest are bundled
@@ -268,7 +267,6 @@ def test_rendered_kernel_passes_the_harness_on_the_cpu(harness_traces, label):
 
 
 @pytest.mark.gpu
-@requires_gpu()
 @pytest.mark.parametrize("name", list(CASES))
 def test_rendered_kernel_passes_the_harness_on_the_gpu(name, tmp_path):
     """On the GPU, at every workload of the case's problem, with the GPU-sized row tile."""

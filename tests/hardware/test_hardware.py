@@ -18,8 +18,6 @@ from solforge.hardware import (
     save_profile,
 )
 
-needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
 
 @pytest.mark.parametrize("name", list(DATASHEETS))
 def test_each_datasheet_peak_is_sms_times_rate_per_sm_times_clock(name):
@@ -153,7 +151,6 @@ def test_calibrate_without_a_gpu_is_a_clear_error():
 
 
 @pytest.mark.gpu
-@needs_gpu
 def test_calibrate_measures_rates_below_the_physical_ceiling(tmp_path):
     from solforge.hardware.calibrate import calibrate
 

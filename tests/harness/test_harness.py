@@ -19,6 +19,18 @@ from harness_corpus import HONEST, PROBLEMS, short_limits
 from typer.testing import CliRunner
 
 from solforge.cli import app
+from solforge.data.solution import SolutionError, load_solution, parse_solution
+from solforge.data.trace import (
+    Correctness,
+    Environment,
+    Evaluation,
+    Performance,
+    Status,
+    Trace,
+    append_traces,
+    read_traces,
+)
+from solforge.data.workload import Tolerance
 from solforge.harness.channel import (
     ChannelClosed,
     ChannelForged,
@@ -32,20 +44,8 @@ from solforge.harness.guards import IdentitySnapshot, live_children
 from solforge.harness.output_log import OutputLog
 from solforge.harness.seeds import CALL, ROUND, SeedPlan
 from solforge.harness.sol import SpeedOfLight, below_floor, score
-from solforge.harness.solution import SolutionError, load_solution, parse_solution
-from solforge.harness.trace import (
-    Correctness,
-    Environment,
-    Evaluation,
-    Performance,
-    Status,
-    Trace,
-    append_traces,
-    read_traces,
-)
 from solforge.problem import load_problem
 from solforge.problem.inputs import pack_fp4
-from solforge.problem.workload import Tolerance
 
 SMALL = PROBLEMS / "rmsnorm_small"
 RMSNORM = ("import torch\n\ndef run(hidden_states, norm_weight, eps):\n"

@@ -17,9 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import requires_gpu
 
-from solforge.harness.timing import Timing, summarize
 from solforge.hgemm import dispatch, kernels
 from solforge.hgemm.baselines import NVMATH_MISSING
 from solforge.hgemm.bench import BenchRow, markdown, speedups
@@ -51,9 +49,10 @@ from solforge.hgemm.table import (
     load_table,
 )
 from solforge.hgemm.tune import TuneSettings, progress_path, tune
+from solforge.measure.timing import Timing, summarize
 from solforge.problem.suite import open_problem
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOT = {"GROUP_M": 8, "NUM_STAGES": 2, "NUM_WARPS": 4, "ACC_FP16": 0}
 
 
@@ -484,7 +483,6 @@ GPU_SHAPES = [(1, 4096, 4096), (100, 256, 1000), (1000, 1024, 520)]  # decode, r
 
 
 @pytest.mark.gpu
-@requires_gpu()
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("layout", ["nn", "nt"])
 def test_every_variant_is_correct_on_the_gpu(dtype, layout):
@@ -505,7 +503,6 @@ def test_every_variant_is_correct_on_the_gpu(dtype, layout):
 
 
 @pytest.mark.gpu
-@requires_gpu()
 @pytest.mark.parametrize("layout", ["nn", "nt"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_the_wgmma_kernel_is_correct_for_each_tile(dtype, layout):
@@ -524,7 +521,6 @@ def test_the_wgmma_kernel_is_correct_for_each_tile(dtype, layout):
 
 
 @pytest.mark.gpu
-@requires_gpu()
 def test_float16_accumulation_error_on_the_gpu_is_within_its_tolerance():
     for k in (256, 4096, 16384):
         shape = Shape(256, 256, k, "float16", "nn", "fp16")
@@ -535,7 +531,6 @@ def test_float16_accumulation_error_on_the_gpu_is_within_its_tolerance():
 
 
 @pytest.mark.gpu
-@requires_gpu()
 def test_the_dispatcher_runs_its_kernel_in_cuda_graphs_and_under_torch_compile():
     shape = Shape(64, 64, 16384)
     config = dot("splitk", 64, 64, 64, SPLIT_K=8)
@@ -557,7 +552,6 @@ def test_the_dispatcher_runs_its_kernel_in_cuda_graphs_and_under_torch_compile()
 
 
 @pytest.mark.gpu
-@requires_gpu()
 def test_tune_and_bench_end_to_end_on_the_gpu(tmp_path):
     from solforge.hgemm.bench import bench, load_rows
     from solforge.hgemm.measure import CudaMeasurer

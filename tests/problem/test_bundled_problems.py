@@ -19,7 +19,8 @@ from solforge.problem.outputs import as_output_list
 from solforge.problem.reference import reference_run
 from solforge.problem.suite import bundled_problem_dirs
 
-# The first six problems, with checks specific to each; tests/test_suite.py covers every problem.
+# The first six problems, with checks specific to each; tests/problem/test_suite.py covers
+# every problem.
 BUNDLED = [
     "l1/rmsnorm_llama3_1_8b",
     "l1/gemm_llama3_1_8b_gate_up",
@@ -130,11 +131,9 @@ def test_gqa_matches_an_explicit_masked_softmax():
     torch.testing.assert_close(out[:, 0], first)
 
 
-needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("address", BUNDLED)
 def test_gpu_reference_runs_at_every_workload(address):
     problem = open_problem(address)
@@ -145,7 +144,6 @@ def test_gpu_reference_runs_at_every_workload(address):
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("address", BUNDLED)
 def test_gpu_and_cpu_references_agree_within_the_workload_tolerance(address):
     """The tolerances leave room for a different device's rounding (a real shape, not the tiny

@@ -20,7 +20,7 @@ from solforge.problem.datasets import (
     tier_of_category,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SOL = FIXTURES / "sol_execbench"
 FIB = FIXTURES / "flashinfer_trace"
 SOL_PROBLEMS = {

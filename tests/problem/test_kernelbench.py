@@ -17,7 +17,7 @@ from solforge.problem.check import check_problem
 from solforge.problem.kernelbench import import_kernelbench_dir, import_kernelbench_file
 from solforge.problem.reference import reference_run
 
-FIXTURES = Path(__file__).parent / "fixtures" / "kernelbench"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernelbench"
 IMPORTABLE = {
     "level1/1_Square_matrix_multiplication_",
     "level1/23_Softmax",

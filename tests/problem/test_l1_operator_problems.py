@@ -1,5 +1,6 @@
 """The single-operator l1 problems compute what their descriptions say: references checked
-against float64 or an independent formula (tests/test_suite.py checks and costs every problem)."""
+against float64 or an independent formula (tests/problem/test_suite.py checks and costs every
+problem)."""
 
 from __future__ import annotations
 

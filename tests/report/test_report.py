@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from solforge.cli import main
-from solforge.hardware import load_profile
-from solforge.harness.trace import (
+from solforge.data.trace import (
     BaselineReport,
     Correctness,
     Environment,
@@ -25,6 +24,7 @@ from solforge.harness.trace import (
     Status,
     Trace,
 )
+from solforge.hardware import load_profile
 from solforge.problem.suite import open_problem
 from solforge.report import ReportError, gather, render
 from solforge.solar import analyze_workload

@@ -24,10 +24,10 @@ from typer.testing import CliRunner
 
 from solforge.bench import BenchConfig, find_solutions, open_store, plan_problems, run_bench
 from solforge.cli import app
+from solforge.data.solution import load_solution, solution_from_python
+from solforge.data.trace import Status
 from solforge.errors import SolforgeError
 from solforge.harness.evaluate import EvalConfig
-from solforge.harness.solution import load_solution, solution_from_python
-from solforge.harness.trace import Status
 from solforge.runners import EvalTask, TaskResult, open_runner
 from solforge.runners.prebuilt import Prebuilt, build_unit, install
 from solforge.runners.unit import execute
@@ -286,7 +286,6 @@ def _gpu_tasks(config: EvalConfig) -> list[EvalTask]:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA GPU")
 def test_local_runner_gives_each_unit_a_gpu_of_its_own(tmp_path):
     import torch
 
@@ -304,7 +303,6 @@ def test_local_runner_gives_each_unit_a_gpu_of_its_own(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA GPU")
 def test_ray_evaluates_on_gpus_and_compiles_cuda_in_a_cpu_task(tmp_path):
     pytest.importorskip("ray", reason="the Ray tests need Ray: pip install 'solforge[ray]'")
     with open_runner("ray", "cuda") as runner:  # a Ray instance of its own on this machine

@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from harness_corpus import short_limits
 
 import solforge
+from solforge.data.solution import load_solution
+from solforge.data.trace import Status
 from solforge.harness.evaluate import EvalConfig, evaluate
-from solforge.harness.solution import load_solution
-from solforge.harness.trace import Status
 from solforge.problem.suite import open_problem
 
 SOLUTIONS = Path(solforge.__file__).parent / "solutions"
@@ -65,7 +65,6 @@ def test_solution_passes_the_harness_on_cpu(address, verdicts):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("address", BUNDLED)
 def test_solution_passes_every_workload_on_gpu(address, tmp_path):
     config = EvalConfig(device="cuda", baseline="eager", cache_dir=tmp_path)

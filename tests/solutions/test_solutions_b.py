@@ -7,12 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 import solforge
+from solforge.data.solution import load_solution
+from solforge.data.trace import Status
 from solforge.harness.evaluate import EvalConfig, evaluate
-from solforge.harness.solution import load_solution
-from solforge.harness.trace import Status
 from solforge.problem import open_problem
 
 SOLUTIONS = Path(solforge.__file__).parent / "solutions"
@@ -42,7 +41,6 @@ def test_solution_passes_on_the_cpu(address, tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("address", FILES)
 def test_solution_passes_every_workload_on_the_gpu(address, tmp_path):
     config = EvalConfig(device="cuda", baseline="eager", cache_dir=tmp_path)

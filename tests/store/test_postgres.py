@@ -23,7 +23,7 @@ from harness_corpus import PROBLEMS
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from solforge.harness.trace import Correctness, Environment, Evaluation, Performance, Status, Trace
+from solforge.data.trace import Correctness, Environment, Evaluation, Performance, Status, Trace
 from solforge.problem import load_problem
 from solforge.store import Store
 from solforge.store.schema import AnalysisRow, ProblemRow, SolutionRow, TraceRow, WorkloadRow

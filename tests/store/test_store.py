@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from harness_corpus import PROBLEMS
 
-from solforge.harness.trace import (
+from solforge.data.trace import (
     Correctness,
     Environment,
     Evaluation,

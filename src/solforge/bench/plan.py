@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from solforge.data.solution import Solution, SolutionError, load_solution
 from solforge.errors import SolforgeError
-from solforge.harness.solution import Solution, SolutionError, load_solution
 from solforge.problem.problem import Problem, load_problem
 from solforge.problem.suite import (
     TIERS,

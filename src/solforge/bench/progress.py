@@ -13,7 +13,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from solforge.harness.trace import Trace
+from solforge.data.trace import Trace
 
 
 class ProgressBar:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from solforge.bench.run import BenchOutcome, StoredProblem
+from solforge.data.trace import Status
 from solforge.harness.baseline import KINDS, reference_solution_name
-from solforge.harness.trace import Status
 from solforge.solar.analysis import DEFAULT_FP32_POLICY
 
 if TYPE_CHECKING:

@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from solforge.bench.plan import BenchProblem
+from solforge.data.solution import Solution
+from solforge.data.trace import Status, Trace
+from solforge.data.workload import Workload
 from solforge.errors import SolforgeError
 from solforge.hardware import load_profile
 from solforge.hardware.profile import HardwareProfile
 from solforge.harness.baseline import BASELINES, KINDS, reference_solution_name
 from solforge.harness.evaluate import EvalConfig, select_workloads
 from solforge.harness.session import Limits
-from solforge.harness.solution import Solution
-from solforge.harness.trace import Status, Trace
-from solforge.problem.workload import Workload
 from solforge.runners import RUNNERS, EvalTask, TaskResult, TaskRunner, open_runner
 from solforge.solar.analysis import DEFAULT_FP32_POLICY, analyze_workload
 

@@ -9,8 +9,8 @@ from rich.table import Table
 
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
-from solforge.format import duration_ms, si
 from solforge.hardware import load_profile
+from solforge.humanize import duration_ms, si
 from solforge.problem.suite import open_problem
 from solforge.solar import DEFAULT_FP32_POLICY, FP32_POLICIES, Analysis, analyze_workload
 

@@ -20,9 +20,9 @@ from solforge.bench.summary import ProblemLine, TierLine, footnote, problem_line
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
 from solforge.errors import SolforgeError
-from solforge.format import duration_ms
 from solforge.harness.evaluate import resolve_device
 from solforge.harness.session import Limits
+from solforge.humanize import duration_ms
 from solforge.storage import open_store
 
 console = make_console()

@@ -10,11 +10,11 @@ from rich.table import Table
 
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
-from solforge.format import duration_ms
+from solforge.data.solution import load_solution
+from solforge.data.trace import Status, Trace, append_traces, trace_line
 from solforge.harness.evaluate import EvalConfig, evaluate
 from solforge.harness.session import Limits
-from solforge.harness.solution import load_solution
-from solforge.harness.trace import Status, Trace, append_traces, trace_line
+from solforge.humanize import duration_ms
 from solforge.problem.suite import open_problem
 
 console = make_console()

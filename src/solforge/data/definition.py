@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from solforge.data.dtypes import DTYPES, DType
+from solforge.data.expressions import ExpressionError, names_in, parse_expression
 from solforge.errors import ProblemError
-from solforge.problem.dtypes import DTYPES, DType
-from solforge.problem.expressions import ExpressionError, names_in, parse_expression
 
 AXIS_KINDS = ("const", "var", "expr")
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from solforge.data.definition import Definition
+from solforge.data.expressions import ExpressionError, evaluate
 from solforge.errors import ProblemError
-from solforge.problem.definition import Definition
-from solforge.problem.expressions import ExpressionError, evaluate
 
 INPUT_KINDS = ("random", "scalar", "safetensors", "custom")
 

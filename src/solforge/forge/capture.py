@@ -45,13 +45,13 @@ from triton.compiler import ASTSource, make_backend
 from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
+from solforge.data.dtypes import storage_shape
+from solforge.data.solution import Solution, parse_solution
+from solforge.data.workload import Workload
 from solforge.errors import SolforgeError
 from solforge.harness.process import describe_exit, python_command, python_env, run_captured
-from solforge.harness.solution import Solution, parse_solution
-from solforge.problem.dtypes import storage_shape
 from solforge.problem.inputs import make_inputs
 from solforge.problem.problem import Problem, load_problem, tensor_shape
-from solforge.problem.workload import Workload
 
 _CAPTURE_LOCK = threading.Lock()  # the capture patches Triton's classes for the whole process
 _MODULE_NAME = "solforge_described_candidate"  # one at a time (the lock), dropped after each

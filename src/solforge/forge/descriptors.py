@@ -27,6 +27,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from solforge.data.solution import Solution
+from solforge.data.workload import Workload
 from solforge.forge.capture import (
     CaptureJob,
     CompiledKernel,
@@ -35,9 +37,7 @@ from solforge.forge.capture import (
     capture_solutions,
 )
 from solforge.hardware.catalog import H200_SXM
-from solforge.harness.solution import Solution
 from solforge.problem.problem import Problem
-from solforge.problem.workload import Workload
 
 MEMORY_PATHS = ("plain", "vector16", "smem_cp_async", "tma")
 COMPUTE_PATHS = ("cuda_core", "mma_sync", "wgmma")

@@ -12,7 +12,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from solforge.harness.trace import Status, Trace
+from solforge.data.trace import Status, Trace
 
 SOL_SCORE, SPEEDUP = "sol_score", "speedup"
 

@@ -24,14 +24,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from solforge.data.solution import parse_solution
+from solforge.data.trace import Status, Trace
 from solforge.errors import SolforgeError
 from solforge.forge import archive
 from solforge.forge.fitness import Verdict, verdict
 from solforge.forge.search import search
 from solforge.forge.templates import templates_for
 from solforge.harness.evaluate import EvalConfig, evaluate
-from solforge.harness.solution import parse_solution
-from solforge.harness.trace import Status, Trace
 from solforge.problem.problem import Problem
 
 if TYPE_CHECKING:

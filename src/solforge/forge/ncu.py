@@ -167,8 +167,8 @@ def _number(text: str) -> float | None:
 def _profile_main(request_path: str) -> None:
     import torch
 
+    from solforge.data.solution import parse_solution
     from solforge.forge.capture import _loaded_entry_point, workload_arguments
-    from solforge.harness.solution import parse_solution
     from solforge.problem.problem import load_problem
 
     request = json.loads(Path(request_path).read_text())

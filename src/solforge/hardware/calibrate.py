@@ -29,8 +29,8 @@ from solforge.hardware.units import (
     TENSOR_INT8,
     TENSOR_TF32,
 )
-from solforge.harness.clocks import clock_reader, cuda_index
-from solforge.harness.timing import Timing, time_iterations
+from solforge.measure.clocks import clock_reader, cuda_index
+from solforge.measure.timing import Timing, time_iterations
 
 GIB = 1024**3
 

@@ -11,10 +11,10 @@ speed-of-light floor (sol.py). Guards in the worker (guards.py) catch monkey-pat
 threads and forks; timing.py measures. Results are FlashInfer-Trace records (trace.py).
 """
 
+from solforge.data.solution import Solution, SolutionError, load_solution, parse_solution
+from solforge.data.trace import Status, Trace, append_traces, read_traces
 from solforge.harness.evaluate import EvalConfig, evaluate, evaluate_reference
 from solforge.harness.session import Limits
-from solforge.harness.solution import Solution, SolutionError, load_solution, parse_solution
-from solforge.harness.trace import Status, Trace, append_traces, read_traces
 
 __all__ = [
     "EvalConfig",

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from solforge.data.trace import BaselineReport
+from solforge.data.workload import Workload
 from solforge.harness.protocol import REFERENCE_COMPILE, REFERENCE_EAGER
-from solforge.harness.trace import BaselineReport
 from solforge.problem.problem import Problem
-from solforge.problem.workload import Workload
 
 BASELINES = ("eager", "compile", "best")
 KINDS = {"eager": (REFERENCE_EAGER,), "compile": (REFERENCE_COMPILE,),

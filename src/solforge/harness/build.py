@@ -29,9 +29,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from solforge.data.solution import CPP_SUFFIXES, Solution
+from solforge.data.trace import Status
 from solforge.harness.process import describe_exit, python_command, python_env, run_captured
-from solforge.harness.solution import CPP_SUFFIXES, Solution
-from solforge.harness.trace import Status
 
 SPEC_FILE = "build_spec.json"
 COMPILE_ONLY_MARKER = "compile_only.ok"

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from solforge.problem.dtypes import DTYPES
+from solforge.data.dtypes import DTYPES
 
 MAGIC = b"SFv1"
 _HEADER = struct.Struct("<4sIQ")  # magic, meta bytes, payload bytes

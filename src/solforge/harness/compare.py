@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
-from solforge.harness.trace import Correctness, Status
-from solforge.problem.definition import Definition
+from solforge.data.definition import Definition
+from solforge.data.trace import Correctness, Status
+from solforge.data.workload import Tolerance
 from solforge.problem.inputs import unpack_fp4
 from solforge.problem.outputs import OutputMismatch, check_outputs
-from solforge.problem.workload import Tolerance
 
 _MISMATCH_STATUS = {"shape": Status.INCORRECT_SHAPE, "count": Status.INCORRECT_SHAPE,
                     "dtype": Status.INCORRECT_DTYPE}

@@ -23,6 +23,17 @@ from pathlib import Path
 
 import torch
 
+from solforge.data.solution import Solution
+from solforge.data.trace import (
+    BaselineReport,
+    Environment,
+    Evaluation,
+    Performance,
+    Status,
+    TimingReport,
+    Trace,
+)
+from solforge.data.workload import Workload
 from solforge.errors import HardwareError, SolforgeError
 from solforge.hardware.profile import HardwareProfile
 from solforge.harness import protocol
@@ -35,26 +46,15 @@ from solforge.harness.baseline import (
     reference_solution_name,
 )
 from solforge.harness.build import BuildFailure, build_solution
-from solforge.harness.environment import environment
 from solforge.harness.judge import Plan, WorkloadResult
 from solforge.harness.oracle import ReferenceOracle
-from solforge.harness.runner import RoleRun, Runner
 from solforge.harness.seeds import SeedPlan, draw_secret
 from solforge.harness.session import Limits
 from solforge.harness.sol import SpeedOfLight, below_floor, score, speed_of_light
-from solforge.harness.solution import Solution
-from solforge.harness.timing import METHODS
-from solforge.harness.trace import (
-    BaselineReport,
-    Environment,
-    Evaluation,
-    Performance,
-    Status,
-    TimingReport,
-    Trace,
-)
+from solforge.harness.supervisor import RoleRun, Runner
+from solforge.measure.environment import environment
+from solforge.measure.timing import METHODS
 from solforge.problem.problem import Problem
-from solforge.problem.workload import Workload
 
 # (rounds, warm-up, timed iterations, re-checked timed outputs) per device type.
 DEFAULTS = {"cuda": (5, 10, 50, 8), "cpu": (3, 2, 10, 3)}

@@ -40,7 +40,7 @@ import torch
 
 WATCHED_MODULES = (
     "time", "builtins", "torch", "torch.cuda", "torch.profiler", "torch.autograd.profiler",
-    "solforge.harness.timing", "solforge.harness.clocks", "solforge.harness.channel",
+    "solforge.measure.timing", "solforge.measure.clocks", "solforge.harness.channel",
     "solforge.harness.guards", "solforge.harness.worker", "solforge.problem.inputs",
     "solforge.problem.outputs",
 )

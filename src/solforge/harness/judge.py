@@ -19,14 +19,14 @@ from typing import Any
 
 import torch
 
+from solforge.data.dtypes import storage_shape
+from solforge.data.trace import Correctness, Status, parse_status
+from solforge.data.workload import Workload
 from solforge.harness import protocol
 from solforge.harness.compare import Comparison, compare_outputs, worst_of
 from solforge.harness.oracle import ReferenceFailure, ReferenceOracle
 from solforge.harness.seeds import CALL, ROUND, SeedPlan
 from solforge.harness.session import WorkerLost, WorkerSession
-from solforge.harness.trace import Correctness, Status, parse_status
-from solforge.problem.dtypes import storage_shape
-from solforge.problem.workload import Workload
 
 _RANDOM = secrets.SystemRandom()
 

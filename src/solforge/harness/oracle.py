@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
+from solforge.data.workload import Workload
 from solforge.problem.inputs import make_inputs
 from solforge.problem.outputs import OutputMismatch, as_output_list, check_outputs
 from solforge.problem.problem import Problem, tensor_shape
 from solforge.problem.reference import describe_exception, load_reference_module
-from solforge.problem.workload import Workload
 
 
 class ReferenceFailure(Exception):

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from solforge.data.trace import Status
 from solforge.harness import protocol
 from solforge.harness.channel import (
     ChannelClosed,
@@ -30,7 +31,6 @@ from solforge.harness.channel import (
 from solforge.harness.output_log import OutputLog
 from solforge.harness.process import describe_exit, kill_group, python_command, start
 from solforge.harness.protocol import WorkerConfig
-from solforge.harness.trace import Status
 
 
 class WorkerLost(Exception):

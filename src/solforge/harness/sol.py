@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from solforge.data.workload import Workload
 from solforge.errors import SolforgeError
 from solforge.hardware.profile import HardwareProfile
 from solforge.problem.problem import Problem
-from solforge.problem.workload import Workload
 
 
 @dataclass(frozen=True)

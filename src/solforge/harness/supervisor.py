@@ -17,6 +17,9 @@ from pathlib import Path
 
 import torch
 
+from solforge.data.solution import Solution
+from solforge.data.trace import Status, parse_status
+from solforge.data.workload import Workload
 from solforge.harness import protocol
 from solforge.harness.build import Build
 from solforge.harness.judge import Judge, Plan, WorkloadResult
@@ -24,9 +27,6 @@ from solforge.harness.oracle import ReferenceOracle
 from solforge.harness.process import python_env
 from solforge.harness.protocol import WorkerConfig
 from solforge.harness.session import Limits, WorkerLost, WorkerSession
-from solforge.harness.solution import Solution
-from solforge.harness.trace import Status, parse_status
-from solforge.problem.workload import Workload
 
 Progress = Callable[[str], None]
 

@@ -33,18 +33,18 @@ from typing import Any
 
 import torch
 
+from solforge.data.dtypes import storage_shape
+from solforge.data.trace import Status
+from solforge.data.workload import Workload
 from solforge.harness import protocol
 from solforge.harness.channel import Frame, FrameReader, FrameWriter
 from solforge.harness.guards import Guards, Violation
 from solforge.harness.protocol import WorkerConfig
-from solforge.harness.timing import Timing, TimingError, time_iterations
-from solforge.harness.trace import Status
-from solforge.problem.dtypes import storage_shape
+from solforge.measure.timing import Timing, TimingError, time_iterations
 from solforge.problem.inputs import make_inputs
 from solforge.problem.outputs import OutputMismatch, as_output_list
 from solforge.problem.problem import Problem, load_problem, tensor_shape
 from solforge.problem.reference import load_reference_module
-from solforge.problem.workload import Workload
 
 _FOREVER = 1e9  # the worker waits on the driver; the driver enforces every time limit
 _POISON_BYTE = 0xFF

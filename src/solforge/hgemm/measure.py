@@ -1,7 +1,7 @@
 """How the tuner, the benchmark and the dispatcher's verification measure: random operands, the
 float32 reference, the error against it, and several callables timed side by side.
 
-Timing goes through solforge.harness.timing.time_iterations (cold L2 before every call; "kernel"
+Timing goes through solforge.measure.timing.time_iterations (cold L2 before every call; "kernel"
 reads the profiler's kernel records, "graph" replays a CUDA graph per call). The callables are
 interleaved in one run (iteration i calls callable i mod n), so they share one profiler session
 and one clock history, and none is favoured by running first or last; each callable's own
@@ -24,8 +24,8 @@ from typing import Protocol
 
 import torch
 
-from solforge.harness.timing import Timing, TimingError, summarize, time_iterations
 from solforge.hgemm.space import Shape
+from solforge.measure.timing import Timing, TimingError, summarize, time_iterations
 
 Call = Callable[[], object]
 

@@ -103,8 +103,8 @@ def _operands(shape: Shape) -> list[torch.Tensor]:
 
 def compile_job(job: CompileJob, target: str = TARGET, sass: bool = False) -> CompileResult:
     """Compile one job's launches in this process (Triton must not be in interpreter mode)."""
+    from solforge.data.solution import Solution, SourceFile
     from solforge.forge.capture import DescriptorError, capture_kernels
-    from solforge.harness.solution import Solution, SourceFile
 
     source = ENTRY_SOURCE.format(config=json.dumps(job.config.to_json()))
     solution = Solution(name=f"hgemm-{job.config.kernel}", definition="hgemm", author="solforge",

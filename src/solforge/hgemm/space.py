@@ -58,7 +58,8 @@ class Projection:
 
 
 # The (N, K) of the suite's GEMM problems (config.json of each model; see the problems'
-# descriptions). tests/test_hgemm.py checks that each one is a bundled problem with these sizes.
+# descriptions). tests/hgemm/test_hgemm.py checks that each one is a bundled problem with these
+# sizes.
 PROJECTIONS = (
     Projection("l1/gemm_llama3_1_8b_qkv", 6144, 4096, "bfloat16"),
     Projection("l1/gemm_llama3_1_8b_o_proj", 4096, 4096, "bfloat16"),
@@ -324,7 +325,7 @@ def tolerance(shape: Shape) -> float:
 
     float32 accumulation: the error is the one rounding of C (2^-11 relative for float16, 2^-8
     for bfloat16; RMS about a third of that) plus float32 sums in another order (~1e-6): bounds
-    of 1e-3 and 8e-3 (the interpreter runs of tests/test_hgemm.py show 2e-4 and 3.3e-3).
+    of 1e-3 and 8e-3 (the interpreter runs of tests/hgemm/test_hgemm.py show 2e-4 and 3.3e-3).
     float16 accumulation rounds the running sum once per k16 step of the tensor core: about
     K/16 roundings of 2^-11 relative adding up like a random walk, so 2^-11 * sqrt(K / 16),
     never below the float16 bound. Emulated on the CPU (float32 sums of 16 products, the

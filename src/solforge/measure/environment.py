@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from solforge.harness.clocks import clock_reader
-from solforge.harness.trace import Environment
+from solforge.data.trace import Environment
+from solforge.measure.clocks import clock_reader
 
 
 def environment(device: torch.device) -> Environment:

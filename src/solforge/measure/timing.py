@@ -42,7 +42,7 @@ import torch
 from torch.autograd import DeviceType
 
 from solforge.errors import SolforgeError
-from solforge.harness.clocks import ClockSampler, clock_reader
+from solforge.measure.clocks import ClockSampler, clock_reader
 
 METHODS = ("kernel", "events", "graph", "cpu")
 _RUNTIME_NAME = re.compile(r"^(cuda|cu)[A-Z]")  # cudaLaunchKernel, cuLaunchKernelEx, ...

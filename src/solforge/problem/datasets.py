@@ -29,10 +29,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from solforge.data.definition import Definition, parse_definition
+from solforge.data.workload import Workload, parse_workload
 from solforge.errors import ProblemError
-from solforge.problem.definition import Definition, parse_definition
 from solforge.problem.problem import DEFINITION_FILE, WORKLOAD_FILES, load_problem
-from solforge.problem.workload import Workload, parse_workload
 
 # SOL-ExecBench's configs (its scripts/run_dataset.py CATEGORIES) and solforge's tiers.
 TIER_OF_CATEGORY = {"l1": "l1", "l2": "l2", "quant": "quant", "flashinfer-bench": "fib",

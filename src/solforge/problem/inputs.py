@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 
+from solforge.data.dtypes import DTYPES, DType, storage_shape
+from solforge.data.workload import Workload
 from solforge.errors import ProblemError
-from solforge.problem.dtypes import DTYPES, DType, storage_shape
 from solforge.problem.problem import Problem, tensor_shape
 from solforge.problem.reference import describe_exception, load_reference_module
-from solforge.problem.workload import Workload
 
 _NORM_WEIGHT = re.compile(r"(^|_)(norm|ln|layernorm|rmsnorm)\w*_?(weight|gamma|scale)$|"
                           r"^(norm_?weight|gamma|ln_?w|norm_?w)$")

@@ -39,12 +39,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from solforge.data.definition import Definition, parse_definition
+from solforge.data.dtypes import dtype_of
+from solforge.data.workload import Workload, parse_workload
 from solforge.errors import ProblemError, SolforgeError
-from solforge.problem.definition import Definition, parse_definition
-from solforge.problem.dtypes import dtype_of
 from solforge.problem.problem import DEFINITION_FILE, WORKLOAD_FILES
 from solforge.problem.reference import describe_exception, load_reference_module
-from solforge.problem.workload import Workload, parse_workload
 
 FORWARD_INPUTS_ENTRYPOINT = "solforge_forward_inputs"
 MODEL_GLOBAL = "_SOLFORGE_MODEL"

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from solforge.problem.definition import Definition
-from solforge.problem.dtypes import storage_shape
+from solforge.data.definition import Definition
+from solforge.data.dtypes import storage_shape
 
 
 class OutputMismatch(ValueError):

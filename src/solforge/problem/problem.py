@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from solforge.data.definition import Definition, TensorSpec, parse_definition
+from solforge.data.workload import Workload, read_workloads, resolve_axes
 from solforge.errors import ProblemError
-from solforge.problem.definition import Definition, TensorSpec, parse_definition
-from solforge.problem.workload import Workload, read_workloads, resolve_axes
 
 DEFINITION_FILE = "definition.json"
 WORKLOAD_FILES = ("workload.jsonl", "workloads.jsonl")

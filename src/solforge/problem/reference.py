@@ -11,8 +11,8 @@ import traceback
 import types
 from collections.abc import Callable
 
+from solforge.data.definition import Definition
 from solforge.errors import ProblemError
-from solforge.problem.definition import Definition
 
 
 def reference_filename(definition: Definition) -> str:

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from solforge.data.trace import Status
 from solforge.errors import HardwareError, SolforgeError
-from solforge.harness.trace import Status
 
 if TYPE_CHECKING:
     from solforge.store import Store

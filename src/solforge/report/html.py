@@ -12,8 +12,8 @@ from html import escape
 from typing import Any
 
 from solforge.errors import HardwareError
-from solforge.format import duration_ms
 from solforge.hardware import HardwareProfile, load_profile
+from solforge.humanize import duration_ms
 from solforge.report.charts import roofline, score_strip
 from solforge.report.data import ReportData, RunInfo, WorkloadResult
 from solforge.report.tables import (

@@ -29,12 +29,12 @@ from typing import Any
 
 import torch
 
+from solforge.data.trace import Environment, Evaluation, Status, Trace
 from solforge.errors import SolforgeError
 from solforge.hardware.profile import HardwareProfile
 from solforge.harness.baseline import KINDS, reference_solution_name
-from solforge.harness.environment import environment, run_environment
 from solforge.harness.evaluate import EvalConfig, resolve_device, resolve_profile, select_workloads
-from solforge.harness.trace import Environment, Evaluation, Status, Trace
+from solforge.measure.environment import environment, run_environment
 from solforge.problem.suite import open_problem
 
 DEFAULT_RETRIES = 1  # a unit whose process dies is started once more, then recorded as failed

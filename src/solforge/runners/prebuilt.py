@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
+from solforge.data.solution import SolutionError, parse_solution
+from solforge.data.trace import Status
 from solforge.harness.build import BuildFailure, build_solution
 from solforge.harness.evaluate import EvalConfig, default_cache_dir
-from solforge.harness.solution import SolutionError, parse_solution
-from solforge.harness.trace import Status
 from solforge.runners.base import EvalTask
 
 BUILDS = "builds"  # the folder of the harness cache that holds builds (EvaluationRun.candidate)

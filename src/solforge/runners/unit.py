@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from solforge.data.solution import parse_solution
 from solforge.errors import SolforgeError
 from solforge.harness.evaluate import evaluate, evaluate_reference
-from solforge.harness.solution import parse_solution
 from solforge.problem.suite import open_problem
 from solforge.runners.base import EvalTask, Outcome
 

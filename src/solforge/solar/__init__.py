@@ -7,7 +7,7 @@ from solforge.solar.analysis import (
     analyze_workload,
     sol_floor_ms,
 )
-from solforge.solar.trace import Trace, trace_reference
+from solforge.solar.tracer import Trace, trace_reference
 
 __all__ = [
     "DEFAULT_FP32_POLICY",

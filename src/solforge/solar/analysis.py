@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from solforge.data.workload import Workload
 from solforge.errors import AnalysisError
 from solforge.hardware.profile import HardwareProfile
 from solforge.hardware.units import (
@@ -31,10 +32,9 @@ from solforge.hardware.units import (
     TENSOR_TF32,
 )
 from solforge.problem.problem import Problem
-from solforge.problem.workload import Workload
 from solforge.solar.costs import TENSOR_FP32, cost_of
 from solforge.solar.records import OpCost, Product
-from solforge.solar.trace import Trace, trace_reference
+from solforge.solar.tracer import Trace, trace_reference
 
 FP32_POLICIES = {
     "tf32": "float32 products on the TF32 tensor cores (PyTorch with allow_tf32 / 'high')",

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import torch
 
+from solforge.data.dtypes import packing
 from solforge.hardware.units import (
     SIMT_FP32,
     SIMT_FP64,
@@ -28,7 +29,6 @@ from solforge.hardware.units import (
     TENSOR_FP64,
     TENSOR_INT8,
 )
-from solforge.problem.dtypes import packing
 from solforge.solar.records import OpCost, OpRecord, Product, TensorInfo
 
 CostRule = Callable[[OpRecord], OpCost]

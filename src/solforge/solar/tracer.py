@@ -37,11 +37,11 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 
+from solforge.data.workload import Workload
 from solforge.errors import AnalysisError
 from solforge.problem.inputs import custom_inputs, make_input
 from solforge.problem.problem import Problem, tensor_shape
 from solforge.problem.reference import describe_exception, load_reference_module
-from solforge.problem.workload import Workload
 from solforge.solar.records import OpRecord, TensorInfo
 
 aten = torch.ops.aten
@@ -173,7 +173,7 @@ class _Tracer:
 
     def new_input(self, name: str, real: torch.Tensor | None, shape: tuple[int, ...],
                   dtype) -> torch.Tensor:
-        from solforge.problem.dtypes import storage_shape
+        from solforge.data.dtypes import storage_shape
 
         storage = storage_shape(shape, dtype)
         with self.quieted():
@@ -561,7 +561,7 @@ def _mask_kept_fraction(mask: torch.Tensor) -> float:
 
 
 def _bits(dtype: torch.dtype) -> int:
-    from solforge.problem.dtypes import packing
+    from solforge.data.dtypes import packing
 
     return dtype.itemsize * 8 // packing(dtype)
 

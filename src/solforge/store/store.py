@@ -24,11 +24,11 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.schema import CreateIndex, CreateTable
 
+from solforge.data.trace import Trace
+from solforge.data.workload import Workload
 from solforge.errors import SolforgeError
-from solforge.harness.trace import Trace
 from solforge.problem.problem import Problem, load_problem
 from solforge.problem.suite import address_of, bundled_problem_dirs, tier_of
-from solforge.problem.workload import Workload
 from solforge.store.schema import (
     AnalysisRow,
     Base,

@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from solforge.data.solution import SolutionError, parse_solution
 from solforge.errors import SolforgeError
-from solforge.harness.solution import SolutionError, parse_solution
 from solforge.problem.problem import Problem
 
 ENTRY_FILE = "kernel.py"

@@ -25,11 +25,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from solforge.data.definition import TensorSpec
 from solforge.errors import SolforgeError
 from solforge.forge.llm.components import SLOT_TITLES, SLOTS
 from solforge.forge.llm.parse import ENTRY_FILE, ENTRY_FUNCTION
 from solforge.forge.llm.records import Attempt, Parent, parent_rank
-from solforge.problem.definition import TensorSpec
 from solforge.problem.problem import Problem
 from solforge.solar.analysis import Analysis
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from solforge.data.trace import Trace
 from solforge.errors import SolforgeError
 from solforge.forge.llm.client import ChatClient, Completion
 from solforge.forge.llm.components import BUILT_IN
@@ -42,7 +43,6 @@ from solforge.forge.llm.records import (
     attempt_from_traces,
     parent_rank,
 )
-from solforge.harness.trace import Trace
 from solforge.problem.problem import Problem
 from solforge.solar.analysis import Analysis
 from solforge.store.llm_records import (

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from solforge.harness.trace import Status, Trace
+from solforge.data.trace import Status, Trace
 
 PARSE_ERROR = "PARSE_ERROR"  # an attempt whose response held no usable code (not a harness status)
 

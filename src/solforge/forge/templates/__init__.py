@@ -8,6 +8,7 @@ Each family module defines its templates (template.py says what a template is); 
 lists them all, in family order.
 """
 
+from solforge.data.definition import Definition
 from solforge.forge.templates import (
     activation,
     attention,
@@ -25,7 +26,6 @@ from solforge.forge.templates.template import (
     Template,
     TemplateError,
 )
-from solforge.problem.definition import Definition
 
 TEMPLATES: tuple[Template, ...] = (
     activation.TEMPLATE,

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from solforge.data.definition import Definition
+from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.resources import (
     first_reason,
@@ -36,9 +38,7 @@ from solforge.forge.templates.template import (
     render_kernel,
     usable_names,
 )
-from solforge.problem.definition import Definition
 from solforge.problem.problem import Problem
-from solforge.problem.workload import Workload
 
 ACTIVATIONS = ("silu", "gelu_tanh", "gelu_erf")
 ACCESS_BYTES = 16  # the widest global load or store of one thread

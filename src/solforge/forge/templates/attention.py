@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from solforge.data.definition import Definition
+from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.resources import (
     first_reason,
@@ -40,9 +42,7 @@ from solforge.forge.templates.template import (
     render_kernel,
     usable_names,
 )
-from solforge.problem.definition import Definition
 from solforge.problem.problem import Problem
-from solforge.problem.workload import Workload
 
 DTYPES = ("float16", "bfloat16")
 PROBE_SEQUENCE = 16  # long enough that a causal mask changes the result

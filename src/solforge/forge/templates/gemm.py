@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from solforge.data.definition import Definition
+from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.resources import (
     first_reason,
@@ -38,9 +40,7 @@ from solforge.forge.templates.template import (
     render_kernel,
     usable_names,
 )
-from solforge.problem.definition import Definition
 from solforge.problem.problem import Problem
-from solforge.problem.workload import Workload
 
 DTYPES = ("float16", "bfloat16")
 ACTIVATIONS = ("none", "silu", "gelu_erf", "gelu_tanh")

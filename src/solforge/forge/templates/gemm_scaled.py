@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import triton
 
+from solforge.data.definition import Definition, TensorSpec
+from solforge.data.workload import Workload, resolve_axes
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.resources import (
     first_reason,
@@ -35,9 +37,7 @@ from solforge.forge.templates.template import (
     render_kernel,
     usable_names,
 )
-from solforge.problem.definition import Definition, TensorSpec
 from solforge.problem.problem import Problem
-from solforge.problem.workload import Workload, resolve_axes
 
 OPERAND_DTYPES = ("float8_e4m3fn", "int8")
 PROBE_SIZE = 256  # var M, N, K in the probe: whole 128-wide blocks

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import triton
 
+from solforge.data.definition import Definition
+from solforge.data.workload import Workload, resolve_axes
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.resources import (
     first_reason,
@@ -36,9 +38,7 @@ from solforge.forge.templates.template import (
     render_kernel,
     usable_names,
 )
-from solforge.problem.definition import Definition
 from solforge.problem.problem import Problem
-from solforge.problem.workload import Workload, resolve_axes
 
 FP8 = "float8_e4m3fn"
 PROBE_SIZES = {"rows": 24, "experts": 3, "N": 256, "K": 256}

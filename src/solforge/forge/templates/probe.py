@@ -22,12 +22,12 @@ from typing import Any, TypeVar
 
 import torch
 
-from solforge.problem.definition import Definition
+from solforge.data.definition import Definition
+from solforge.data.workload import resolve_axes
 from solforge.problem.inputs import input_seed, random_tensor
 from solforge.problem.outputs import as_output_list
 from solforge.problem.problem import tensor_shape
 from solforge.problem.reference import load_reference_module
-from solforge.problem.workload import resolve_axes
 
 AGREEMENT = 2e-2  # the largest error allowed, relative to the largest output magnitude
 PROBE_SEED = 20251129

@@ -14,7 +14,7 @@ kernels compiled for sm_90 with Triton 3.6 (cuobjdump -res-usage, via forge.desc
 GEMM tile of 128x128x64 on 4 warps took 186 registers (screen: 192), 64x128x64 took 116 (112),
 128x256x64 on 8 warps 182 (176); attention with 64-query, 64-key blocks and head_dim 128 on
 4 warps 168 (192), while 128-key blocks (screen: 256, rejected) hit the 255 cap; a 4096-wide
-RMSNorm row on 2 warps 92 (160). tests/test_templates.py keeps two of these checks.
+RMSNorm row on 2 warps 92 (160). tests/forge/test_templates.py keeps two of these checks.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from solforge.data.definition import Definition, TensorSpec
+from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.resources import (
     first_reason,
@@ -37,9 +39,7 @@ from solforge.forge.templates.template import (
     row_block_reason,
     usable_names,
 )
-from solforge.problem.definition import Definition, TensorSpec
 from solforge.problem.problem import Problem
-from solforge.problem.workload import Workload
 
 RMS_WEIGHTS = ("scale_rounded", "scale", "offset")
 NORM_NAMES = {"rms": "RMSNorm", "layer": "LayerNorm"}

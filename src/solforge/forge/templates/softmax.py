@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from solforge.data.definition import Definition
+from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.resources import (
     first_reason,
@@ -36,9 +38,7 @@ from solforge.forge.templates.template import (
     row_block_reason,
     usable_names,
 )
-from solforge.problem.definition import Definition
 from solforge.problem.problem import Problem
-from solforge.problem.workload import Workload
 
 PROBE_TEMPERATURE = 0.7
 

@@ -26,10 +26,10 @@ from typing import Any, TypeVar
 
 import triton
 
+from solforge.data.definition import Definition
+from solforge.data.workload import Workload
 from solforge.errors import SolforgeError
-from solforge.problem.definition import Definition
 from solforge.problem.problem import Problem
-from solforge.problem.workload import Workload
 
 ParamValue = int | str
 Params = Mapping[str, ParamValue]

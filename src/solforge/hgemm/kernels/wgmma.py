@@ -5,7 +5,8 @@ Built once per machine with torch.utils.cpp_extension (ninja; cached in PyTorch'
 folder, TORCH_EXTENSIONS_DIR) for sm_90a only, with -gencode=arch=compute_90a,code=sm_90a:
 wgmma and setmaxnreg exist only there, and a plain sm_90 pass would reject them (HOPPER.md).
 cpp_extension adds no architecture flags of its own when the given flags name one. The kernel
-source includes no PyTorch header, so `nvcc -c` can compile it alone (tests/test_hgemm.py does,
+source includes no PyTorch header, so `nvcc -c` can compile it alone
+(tests/hgemm/test_hgemm.py does,
 on a machine without a GPU). The operator it registers, torch.ops.solforge_hgemm_wgmma.gemm,
 runs on the current stream. SOLFORGE_HGEMM_DISABLE_WGMMA=1 keeps the kernel out of a process
 (benchmarks/hgemm_gpu.py sets it when the kernel fails its self-test).
