@@ -25,7 +25,7 @@ from openai_server import (
 from solforge.data.trace import Correctness, Environment, Evaluation
 from solforge.forge.llm import (
     PARSE_ERROR,
-    Attempt,
+    LlmAttempt,
     LLMConfig,
     LLMConfigError,
     LLMError,
@@ -39,7 +39,7 @@ from solforge.forge.llm import (
 from solforge.forge.llm.client import ChatClient, backoff_s, parse_retry_after
 from solforge.forge.llm.components import BUILT_IN, SLOTS, STRATEGIES
 from solforge.forge.llm.config import api_key
-from solforge.forge.llm.metaprompt import Variant, choose_variants, reward_of
+from solforge.forge.llm.metaprompt import PromptVariant, choose_variants, reward_of
 from solforge.forge.llm.parse import code_blocks
 from solforge.forge.llm.prompt import PromptError, build_prompt, prompt_digest
 from solforge.hardware.load import load_profile
@@ -328,8 +328,8 @@ def test_the_prompt_keeps_the_best_parents_and_the_newest_feedback_within_budget
         problem, analysis):
     parents = [_parent("slow", 0.55, 2.0, 100), _parent("best", 0.9, 0.5, 100),
                _parent("middle", 0.7, 1.0, 100)]
-    attempts = [Attempt("old", "RUNTIME_ERROR", "old failure " * 50, workloads=2),
-                Attempt("new", "COMPILE_ERROR", "x" * 5000, workloads=2)]
+    attempts = [LlmAttempt("old", "RUNTIME_ERROR", "old failure " * 50, workloads=2),
+                LlmAttempt("new", "COMPILE_ERROR", "x" * 5000, workloads=2)]
     fixed = build_prompt(problem, analysis, [], [], COMPONENTS, 100_000).tokens
     budget = fixed + 800
     prompt = build_prompt(problem, analysis, parents, attempts, COMPONENTS, budget)
@@ -349,12 +349,12 @@ def test_the_prompt_keeps_the_best_parents_and_the_newest_feedback_within_budget
 
 def test_rewards_follow_the_outcome():
     parent = _parent("p", 0.7, 1.0)
-    passed = Attempt("a", "PASSED", workloads=2, passed=2, latency_ms=0.8, baseline_ms=2.0,
+    passed = LlmAttempt("a", "PASSED", workloads=2, passed=2, latency_ms=0.8, baseline_ms=2.0,
                      sol_score=0.75)
     assert reward_of(passed, parent) == 1.0
     assert reward_of(replace(passed, sol_score=0.65), parent) == 0.5
     assert reward_of(replace(passed, passed=1, status="INCORRECT_NUMERICAL"), parent) == 0.0
-    assert reward_of(Attempt("h", "REWARD_HACK", "evidence", workloads=2), parent) == 0.0
+    assert reward_of(LlmAttempt("h", "REWARD_HACK", "evidence", workloads=2), parent) == 0.0
     on_cpu = replace(passed, sol_score=None)  # no S: T_k against the parent's, or T_b
     assert reward_of(on_cpu, _parent("p", None, 1.0)) == 1.0
     assert reward_of(on_cpu, _parent("p", None, 0.5)) == 0.5
@@ -370,7 +370,7 @@ def test_the_bandit_shifts_towards_the_variant_with_higher_rewards():
     draws, outcomes = random.Random(0), random.Random(1)
     picks = []
     for _ in range(150):
-        variants = [Variant.from_row(row) for row in active_components(store)]
+        variants = [PromptVariant.from_row(row) for row in active_components(store)]
         chosen = choose_variants(variants, draws)[STRATEGIES]
         picks.append(chosen.name)
         reward = 1.0 if outcomes.random() < success_rate[chosen.name] else 0.0

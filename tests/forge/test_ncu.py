@@ -15,7 +15,7 @@ import pytest
 from helpers import TESTS
 
 from solforge.forge.llm.prompt import attempt_block
-from solforge.forge.llm.records import Attempt
+from solforge.forge.llm.records import LlmAttempt
 from solforge.forge.ncu import METRICS, NVTX_RANGE, Profile, parse_ncu_csv, profile_solution
 
 ROOT = TESTS
@@ -112,11 +112,11 @@ def test_without_ncu_there_is_no_profile(monkeypatch, tmp_path):
 
 def test_the_metrics_reach_the_prompt():
     feedback = Profile(parse_ncu_csv(_report())).feedback()
-    attempt = Attempt(solution="cand", status="PASSED", workloads=1, passed=1, latency_ms=0.03,
+    attempt = LlmAttempt(solution="cand", status="PASSED", workloads=1, passed=1, latency_ms=0.03,
                       baseline_ms=0.05, profile=feedback)
     block = attempt_block(attempt, with_source=False)
     assert "DRAM throughput 88%" in block and "Nsight Compute, one call:" in block
-    assert "Nsight" not in attempt_block(Attempt(solution="x", status="PASSED"), False)
+    assert "Nsight" not in attempt_block(LlmAttempt(solution="x", status="PASSED"), False)
 
 
 def test_only_the_models_passing_candidates_on_a_gpu_are_profiled(tmp_path, monkeypatch):

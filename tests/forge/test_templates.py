@@ -4,6 +4,7 @@ renders a standalone kernel that compiles for sm_90 and passes the harness on th
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -281,3 +282,18 @@ def test_rendered_kernel_passes_the_harness_on_the_gpu(name, tmp_path):
     failed = {trace.workload["uuid"]: trace.evaluation.log for trace in traces
               if trace.evaluation.status is not Status.PASSED}
     assert len(traces) == len(problem.workloads) and not failed, failed
+
+
+@pytest.mark.parametrize("kernel", ["gemm", "gemm_tma", "gemm_scaled"])
+def test_template_kernels_carry_the_shared_tile_order_verbatim(kernel):
+    """A rendered candidate is standalone, so the GEMM kernels copy `solforge.tiling`; the copy
+    must stay the same function (a drifted copy would launch tiles in another order)."""
+    import inspect
+
+    from solforge import tiling
+    from solforge.forge.templates import kernels
+
+    shared = inspect.getsource(tiling.tile_coordinates.fn)
+    source = (Path(kernels.__file__).parent / f"{kernel}.py").read_text()
+    copy = shared.replace("def tile_coordinates(", "def _tile_coordinates(")
+    assert copy in source

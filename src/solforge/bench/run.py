@@ -147,7 +147,7 @@ def _run(problems: list[BenchProblem], store: Store, config: BenchConfig, runner
                              machine.run_environment)
     recorder = Recorder(store, run_id, device.type, machine.hardware, report,
                         {s.address: s for s in stored})
-    dispatcher = Dispatcher(runner, eval_config, report)
+    dispatcher = UnitScheduler(runner, eval_config, report)
     failures: list[str] = []
     report.start(sum(len(unit.workloads) for unit in units), skipped)
     status = "failed"
@@ -277,7 +277,7 @@ def analyze(planned: BenchProblem, stored: StoredProblem, store: Store,
 
 
 @dataclass
-class Dispatcher:
+class UnitScheduler:
     """Hands units to the runner and records what comes back: a problem's baselines first,
     its solutions once those are measured (their T_b then comes from the baseline cache)."""
 

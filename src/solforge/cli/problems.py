@@ -27,7 +27,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 
 
 @dataclass(frozen=True)
-class ProblemRow:
+class SuiteEntry:
     address: str  # tier/name, accepted wherever a problem is
     op_type: str
     summary: str  # the description's first sentence, which names the model
@@ -60,14 +60,14 @@ def list_problems(
     console.print(table)
 
 
-def problem_row(folder: Path) -> ProblemRow:
+def problem_row(folder: Path) -> SuiteEntry:
     address = address_of(folder)
     try:
         problem = load_problem(folder)
     except ProblemError as exc:
-        return ProblemRow(address, "?", "", 0, (), error=f"{exc.field}: {exc.reason}")
+        return SuiteEntry(address, "?", "", 0, (), error=f"{exc.field}: {exc.reason}")
     definition = problem.definition
-    return ProblemRow(address, definition.op_type, first_sentence(definition.description or ""),
+    return SuiteEntry(address, definition.op_type, first_sentence(definition.description or ""),
                       len(problem.workloads), tuple(definition.var_axes))
 
 

@@ -76,7 +76,7 @@ class OptimizeConfig:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class SearchOutcome:
     judged: int  # candidates the harness judged in this run
     reused: int  # candidates already in the store
     hacks: int
@@ -105,7 +105,7 @@ class Optimizer:
         self.attempts: list = []
         self.best_fitness: float | None = _best_fitness(archive.elites(store, problem.name))
 
-    def run(self) -> Outcome:
+    def run(self) -> SearchOutcome:
         try:
             if self.config.proposer in ("templates", "both"):
                 self._templates()
@@ -114,7 +114,7 @@ class Optimizer:
         except _Exhausted:
             pass
         elites = archive.elites(self.store, self.problem.name)
-        return Outcome(self.judged, self.reused, self.hacks, elites[0] if elites else None,
+        return SearchOutcome(self.judged, self.reused, self.hacks, elites[0] if elites else None,
                        elites)
 
     # ---- proposers -------------------------------------------------------------------------

@@ -51,7 +51,7 @@ from solforge.harness.oracle import ReferenceOracle
 from solforge.harness.seeds import SeedPlan, draw_secret
 from solforge.harness.session import Limits
 from solforge.harness.sol import SpeedOfLight, below_floor, score, speed_of_light
-from solforge.harness.supervisor import RoleRun, Runner
+from solforge.harness.supervisor import RoleRun, Supervisor
 from solforge.measure.environment import environment
 from solforge.measure.timing import METHODS
 from solforge.problem.problem import Problem
@@ -162,9 +162,9 @@ class EvaluationRun:
         self.cache_dir = config.cache_dir or default_cache_dir()
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.timing_method = "cpu" if self.device.type == "cpu" else config.timing
-        self.runner = Runner(problem.root, self.device, ReferenceOracle(problem, self.device),
-                             self.timing_method, config.limits, config.max_restarts,
-                             self.cache_dir)
+        self.supervisor = Supervisor(problem.root, self.device,
+                                     ReferenceOracle(problem, self.device), self.timing_method,
+                                     config.limits, config.max_restarts, self.cache_dir)
 
     def candidate(self, solution: Solution, report: Progress) -> RoleRun:
         try:
@@ -174,7 +174,7 @@ class EvaluationRun:
             results = {w.uuid: WorkloadResult(w.uuid, failure.status, failure.message)
                        for w in self.workloads}
             return RoleRun(results, "")
-        return self.runner.run(protocol.CANDIDATE, solution, build, self.plan, self.workloads,
+        return self.supervisor.run(protocol.CANDIDATE, solution, build, self.plan, self.workloads,
                                report)
 
     def hold_to_floor(self, result: WorkloadResult,
@@ -213,7 +213,7 @@ class EvaluationRun:
         """Time the reference as baseline `kind` in a fresh worker; cache every passing time."""
         report(f"timing the reference ({kind}) on {len(workloads)} workloads")
         plan = replace(self.plan, rounds=BASELINE_ROUNDS, verify=BASELINE_VERIFY)
-        run = self.runner.run(kind, None, None, plan, workloads, _silent)
+        run = self.supervisor.run(kind, None, None, plan, workloads, _silent)
         cache = BaselineCache(self.cache_dir / "baselines.jsonl")
         for workload in workloads:
             median_ms = _median_if_passed(run.results[workload.uuid])

@@ -38,7 +38,7 @@ class RoleRun:
 
 
 @dataclass(frozen=True)
-class Runner:
+class Supervisor:
     """Everything needed to start workers for one problem on one device."""
 
     problem_dir: Path

@@ -54,7 +54,7 @@ class MethodTimes:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class ConfigTrial:
     """One setting tried at a shape: its screening time, error, or why it failed."""
 
     config: Config
@@ -67,7 +67,7 @@ class Candidate:
                 "error": self.error, "failure": self.failure}
 
     @classmethod
-    def from_json(cls, record: dict[str, Any]) -> Candidate:
+    def from_json(cls, record: dict[str, Any]) -> ConfigTrial:
         return cls(Config.from_json(record["config"]), record.get("screen_ms"),
                    record.get("error"), record.get("failure"))
 
@@ -78,7 +78,7 @@ class TableEntry:
     best: Config | None  # the fastest correct candidate (None when none passed)
     use_kernel: bool  # the dispatcher's choice: True runs `best`, False runs torch.matmul
     times: dict[str, MethodTimes]  # by method (METHODS)
-    candidates: tuple[Candidate, ...] = ()
+    candidates: tuple[ConfigTrial, ...] = ()
     environment: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0  # device-machine wall time spent tuning this shape
     notes: tuple[str, ...] = ()
@@ -102,7 +102,7 @@ class TableEntry:
         return cls(Shape.from_json(record["shape"]), Config.from_json(best) if best else None,
                    bool(record["use_kernel"]),
                    {name: MethodTimes.from_json(t) for name, t in record["times"].items()},
-                   tuple(Candidate.from_json(c) for c in record.get("candidates", ())),
+                   tuple(ConfigTrial.from_json(c) for c in record.get("candidates", ())),
                    record.get("environment", {}), float(record.get("seconds", 0.0)),
                    tuple(record.get("notes", ())))
 

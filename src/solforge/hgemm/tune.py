@@ -51,7 +51,7 @@ from solforge.hgemm.measure import (
 from solforge.hgemm.retrieve import neighbour_configs
 from solforge.hgemm.space import SM_COUNT, Config, Shape, shortlist, tolerance
 from solforge.hgemm.table import (
-    Candidate,
+    ConfigTrial,
     MethodTimes,
     Table,
     TableEntry,
@@ -174,7 +174,7 @@ def tune_shape(shape: Shape, measurer: Measurer, table: Table,
 
 
 def _check_candidates(shape: Shape, configs: list[Config], measurer: Measurer,
-                      operands: Operands) -> tuple[torch.Tensor, dict[Config, Candidate]]:
+                      operands: Operands) -> tuple[torch.Tensor, dict[Config, ConfigTrial]]:
     """Step 3. The candidates share one output (poisoned before each), which the timed calls
     then overwrite: C of the largest prefill shape is 5 GB."""
     out = poisoned_output(shape, measurer.device)
@@ -188,7 +188,7 @@ def _check_candidates(shape: Shape, configs: list[Config], measurer: Measurer,
         error = None if reason else relative_error(out, operands.reference)
         if error is not None and error > tolerance(shape):
             reason = f"error {error:.2e} over the tolerance {tolerance(shape):.2e}"
-        results[config] = Candidate(config, error=error, failure=reason)
+        results[config] = ConfigTrial(config, error=error, failure=reason)
     return out, results
 
 
@@ -209,11 +209,11 @@ def _screen(correct: list[Config], a, b, out: torch.Tensor, measurer: Measurer,
     return {config: median_ms(timed.get(config.label)) for config in correct}
 
 
-def _with_screen(candidate: Candidate, screen_ms: float | None) -> Candidate:
+def _with_screen(candidate: ConfigTrial, screen_ms: float | None) -> ConfigTrial:
     failure_text = candidate.failure
     if screen_ms is None and failure_text is None:
         failure_text = "could not be timed in a CUDA graph"
-    return Candidate(candidate.config, screen_ms, candidate.error, failure_text)
+    return ConfigTrial(candidate.config, screen_ms, candidate.error, failure_text)
 
 
 def _launcher(config: Config, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor):
@@ -222,7 +222,7 @@ def _launcher(config: Config, a: torch.Tensor, b: torch.Tensor, out: torch.Tenso
 
 def _final(finalists: list[Config], found: BaselineSet, out: torch.Tensor, measurer: Measurer,
            settings: TuneSettings, operands: Operands,
-           results: dict[Config, Candidate]) -> tuple[dict[str, MethodTimes], Config | None]:
+           results: dict[Config, ConfigTrial]) -> tuple[dict[str, MethodTimes], Config | None]:
     """Step 5: the finalists and the baselines in kernel-only time, then the best finalist and
     the baselines in graph time; the times of each method and the best finalist."""
     errors = _baseline_errors(found, measurer, operands)

@@ -23,7 +23,7 @@ import numpy as np
 
 from solforge.hardware import HardwareProfile
 from solforge.hardware.units import TENSOR_BF16, rate_label
-from solforge.report.data import PASSED, ReportError, SpeedOfLight, WorkloadResult
+from solforge.report.data import PASSED, MeasuredWorkload, ReportError, WorkloadAnalysis
 from solforge.report.tables import best_score, compile_score, tier_rank
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def render_svg(figure: Figure, salt: str) -> str:
     return text[text.index("<svg"):]
 
 
-def score_strip(results: Sequence[WorkloadResult]) -> str | None:
+def score_strip(results: Sequence[MeasuredWorkload]) -> str | None:
     """S per tier as a strip plot; None when no workload has a score."""
     best, compiled = _scores_by_tier(results)
     tiers = sorted(set(best) | set(compiled), key=lambda t: (tier_rank(t), t))
@@ -86,7 +86,7 @@ def score_strip(results: Sequence[WorkloadResult]) -> str | None:
     return render_svg(figure, salt="scores")
 
 
-def _scores_by_tier(results: Sequence[WorkloadResult]
+def _scores_by_tier(results: Sequence[MeasuredWorkload]
                     ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Per tier: S of each workload's best candidate, and S of torch.compile against eager."""
     best: dict[str, list[float]] = {}
@@ -102,7 +102,7 @@ def _scores_by_tier(results: Sequence[WorkloadResult]
     return best, compiled
 
 
-def roofline(results: Sequence[WorkloadResult], hardware: str,
+def roofline(results: Sequence[MeasuredWorkload], hardware: str,
              profile: HardwareProfile | None) -> str | None:
     """The roofline of the GPU results priced on `hardware`; ceilings only when its `profile`
     is known. None when no workload has FLOPs to place on the log axes."""
@@ -132,7 +132,7 @@ def roofline(results: Sequence[WorkloadResult], hardware: str,
     return render_svg(figure, salt=f"roofline-{hardware}")
 
 
-def ceiling_unit(sol: SpeedOfLight, profile: HardwareProfile) -> str:
+def ceiling_unit(sol: WorkloadAnalysis, profile: HardwareProfile) -> str:
     """The compute ceiling a workload sits under: the unit whose FLOPs take longest at its peak
     (for a compute-bound workload, the unit that binds); tensor-core bf16 when it has none."""
     seconds = {unit: flops / profile.peak(unit) for unit, flops in sol.flops_by_unit.items()
@@ -143,18 +143,18 @@ def ceiling_unit(sol: SpeedOfLight, profile: HardwareProfile) -> str:
                                                             key=profile.peaks.__getitem__)
 
 
-def _on_roofline(result: WorkloadResult, hardware: str) -> bool:
+def _on_roofline(result: MeasuredWorkload, hardware: str) -> bool:
     """GPU timings of a workload with FLOPs and traffic (a log axis has no place for zero)."""
     sol = result.sol
     return (not result.cpu_timing and sol is not None and sol.hardware == hardware
             and sol.flops > 0 and sol.intensity is not None)
 
 
-def _solution_series(points: Sequence[WorkloadResult]
-                     ) -> list[tuple[str, list[tuple[SpeedOfLight, float | None]]]]:
+def _solution_series(points: Sequence[MeasuredWorkload]
+                     ) -> list[tuple[str, list[tuple[WorkloadAnalysis, float | None]]]]:
     """The passing candidates' points, one series per solution (most points first); solutions
     past the palette are merged into one "other solutions" series."""
-    by_name: dict[str, list[tuple[SpeedOfLight, float | None]]] = {}
+    by_name: dict[str, list[tuple[WorkloadAnalysis, float | None]]] = {}
     for result in points:
         for candidate in result.candidates:
             if candidate.status == PASSED:
@@ -169,7 +169,7 @@ def _solution_series(points: Sequence[WorkloadResult]
 
 
 def _plot_series(axes: Axes, gid: str, label: str, marker: str, color: str,
-                 pairs: list[tuple[SpeedOfLight, float | None]]) -> None:
+                 pairs: list[tuple[WorkloadAnalysis, float | None]]) -> None:
     """One point per timed workload: x = FLOPs / fused bytes, y = FLOPs / time."""
     timed = [(sol, ms) for sol, ms in pairs if ms is not None]
     if not timed:

@@ -44,7 +44,7 @@ class RunInfo:
 
 
 @dataclass(frozen=True)
-class SpeedOfLight:
+class WorkloadAnalysis:
     """The analysis of one workload on one hardware profile (the fields the report uses)."""
 
     hardware: str
@@ -62,7 +62,7 @@ class SpeedOfLight:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class SolutionRun:
     """One candidate solution's trace on one workload."""
 
     solution: str  # its name (with its hash when another solution of the problem has it)
@@ -72,7 +72,7 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class WorkloadResult:
+class MeasuredWorkload:
     """One workload of one problem measured on one platform (a GPU, or the CPU)."""
 
     problem: str  # the problem's address, tier/name
@@ -80,10 +80,10 @@ class WorkloadResult:
     workload: str  # uuid
     device: str  # "cuda" or "cpu"
     platform: str  # what the traces were measured on: the GPU's name, or CPU_<arch>
-    sol: SpeedOfLight | None  # None when the store holds no analysis for it
+    sol: WorkloadAnalysis | None  # None when the store holds no analysis for it
     eager_ms: float | None
     compile_ms: float | None
-    candidates: tuple[Candidate, ...]
+    candidates: tuple[SolutionRun, ...]
 
     @property
     def cpu_timing(self) -> bool:
@@ -100,7 +100,7 @@ class WorkloadResult:
 class ReportData:
     url: str  # the store, password hidden
     runs: tuple[RunInfo, ...]
-    results: tuple[WorkloadResult, ...]
+    results: tuple[MeasuredWorkload, ...]
 
 
 def gather(store: Store, run_ids: Sequence[int] = ()) -> ReportData:
@@ -150,12 +150,12 @@ def gather(store: Store, run_ids: Sequence[int] = ()) -> ReportData:
 
 
 def _workload_result(problem: ProblemRow, uuid: str, device: str, platform: str,
-                     sol: SpeedOfLight | None, traces: list[TraceRow],
+                     sol: WorkloadAnalysis | None, traces: list[TraceRow],
                      solutions: dict[int, SolutionRow], labels: dict[int, str]
-                     ) -> WorkloadResult:
+                     ) -> MeasuredWorkload:
     baselines = (EAGER_SOLUTION, COMPILE_SOLUTION)
     candidates = [t for t in traces if solutions[t.solution_id].name not in baselines]
-    return WorkloadResult(
+    return MeasuredWorkload(
         problem=problem.address, tier=problem.tier, workload=uuid, device=device,
         platform=platform, sol=sol,
         eager_ms=_baseline_ms(traces, solutions, EAGER_SOLUTION, [t.eager_ms for t in traces]),
@@ -184,7 +184,7 @@ def _profile_name(traces: list[TraceRow], runs: dict[int, Run]) -> str | None:
     return None
 
 
-def _speed_of_light(rows: list[AnalysisRow]) -> SpeedOfLight | None:
+def _speed_of_light(rows: list[AnalysisRow]) -> WorkloadAnalysis | None:
     """The analysis under the default float32 policy when there are several."""
     from solforge.solar.analysis import DEFAULT_FP32_POLICY
 
@@ -197,7 +197,7 @@ def _speed_of_light(rows: list[AnalysisRow]) -> SpeedOfLight | None:
     for unit, flops in counted.items():
         priced = priced_as.get(unit, unit)
         flops_by_unit[priced] = flops_by_unit.get(priced, 0.0) + float(flops)
-    return SpeedOfLight(hardware=row.hardware, fp32_policy=row.fp32_policy,
+    return WorkloadAnalysis(hardware=row.hardware, fp32_policy=row.fp32_policy,
                         t_sol_ms=row.t_sol_ms, flops=row.flops, flops_by_unit=flops_by_unit,
                         bytes_fused=row.bytes_fused, bound=row.bound)
 
@@ -211,9 +211,9 @@ def _baseline_ms(traces: list[TraceRow], solutions: dict[int, SolutionRow], name
     return next((ms for ms in recorded if ms is not None), None)
 
 
-def _candidate(trace: TraceRow, solution: SolutionRow, labels: dict[int, str]) -> Candidate:
+def _candidate(trace: TraceRow, solution: SolutionRow, labels: dict[int, str]) -> SolutionRun:
     passed = trace.status == PASSED
-    return Candidate(solution=labels[solution.id], author=solution.author, status=trace.status,
+    return SolutionRun(solution=labels[solution.id], author=solution.author, status=trace.status,
                      latency_ms=trace.latency_ms if passed else None)
 
 

@@ -15,7 +15,7 @@ from solforge.errors import HardwareError
 from solforge.hardware import HardwareProfile, load_profile
 from solforge.humanize import duration_ms
 from solforge.report.charts import roofline, score_strip
-from solforge.report.data import ReportData, RunInfo, WorkloadResult
+from solforge.report.data import MeasuredWorkload, ReportData, RunInfo
 from solforge.report.tables import (
     ProblemSummary,
     Standing,
@@ -133,7 +133,7 @@ def _runs_section(runs: Sequence[RunInfo]) -> str:
     return _section("runs", "Runs", _table("runs-table", columns, rows))
 
 
-def _notes_section(results: Sequence[WorkloadResult]) -> str:
+def _notes_section(results: Sequence[MeasuredWorkload]) -> str:
     cpu = sum(r.cpu_timing for r in results)
     unanalyzed = sum(r.sol is None for r in results)
     flopless = sum(r.sol is not None and r.sol.flops == 0 and not r.cpu_timing for r in results)
@@ -160,7 +160,7 @@ def _notes_section(results: Sequence[WorkloadResult]) -> str:
     return _section("notes", "How to read this page", f"<ul>\n{items}\n</ul>")
 
 
-def _scores_section(results: Sequence[WorkloadResult]) -> str:
+def _scores_section(results: Sequence[MeasuredWorkload]) -> str:
     chart = score_strip(results)
     if chart is None:
         body = ('<p class="empty">No workload could be scored: that needs a GPU timing, a '
@@ -171,7 +171,7 @@ def _scores_section(results: Sequence[WorkloadResult]) -> str:
     return _section("scores", "SOL score per tier", body)
 
 
-def _roofline_section(results: Sequence[WorkloadResult]) -> str:
+def _roofline_section(results: Sequence[MeasuredWorkload]) -> str:
     hardware = sorted({r.sol.hardware for r in results if r.sol is not None and not r.cpu_timing})
     figures = []
     for name in hardware:

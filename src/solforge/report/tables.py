@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from solforge.problem.suite import TIERS
-from solforge.report.data import PASSED, Candidate, WorkloadResult
+from solforge.report.data import PASSED, MeasuredWorkload, SolutionRun
 from solforge.score import ScoreError, geometric_mean, sol_score, speedup
 
 
@@ -54,7 +54,7 @@ class ProblemSummary:
     best: Standing | None  # the best-ranked candidate on this problem
 
 
-def candidate_score(result: WorkloadResult, candidate: Candidate) -> float | None:
+def candidate_score(result: MeasuredWorkload, candidate: SolutionRun) -> float | None:
     """S of one candidate on one workload (T_b the faster baseline), or None if undefined."""
     baseline_ms = result.baseline_ms
     if result.cpu_timing or result.sol is None or baseline_ms is None:
@@ -64,7 +64,7 @@ def candidate_score(result: WorkloadResult, candidate: Candidate) -> float | Non
     return _score_or_none(candidate.latency_ms, baseline_ms, result.sol.t_sol_ms)
 
 
-def candidate_speedup(result: WorkloadResult, candidate: Candidate) -> float | None:
+def candidate_speedup(result: MeasuredWorkload, candidate: SolutionRun) -> float | None:
     """T_b / T_k for a candidate that passed; None otherwise."""
     baseline_ms = result.baseline_ms
     if candidate.latency_ms is None or baseline_ms is None:
@@ -72,7 +72,7 @@ def candidate_speedup(result: WorkloadResult, candidate: Candidate) -> float | N
     return speedup(baseline_ms, candidate.latency_ms)
 
 
-def compile_score(result: WorkloadResult) -> float | None:
+def compile_score(result: MeasuredWorkload) -> float | None:
     """S of torch.compile with T_b = eager: how far compiling alone moves toward the bound."""
     if (result.cpu_timing or result.sol is None or result.eager_ms is None
             or result.compile_ms is None):
@@ -80,7 +80,7 @@ def compile_score(result: WorkloadResult) -> float | None:
     return _score_or_none(result.compile_ms, result.eager_ms, result.sol.t_sol_ms)
 
 
-def best_score(result: WorkloadResult) -> tuple[str, float] | None:
+def best_score(result: MeasuredWorkload) -> tuple[str, float] | None:
     """The candidate with the highest S on this workload and that S; None if none passed."""
     scored = [(candidate_score(result, c), c.solution) for c in result.candidates
               if c.status == PASSED]
@@ -91,10 +91,10 @@ def best_score(result: WorkloadResult) -> tuple[str, float] | None:
     return name, score
 
 
-def standings(results: Sequence[WorkloadResult]) -> list[Standing]:
+def standings(results: Sequence[MeasuredWorkload]) -> list[Standing]:
     """Every solution of every problem, per platform, over its workloads; best first: by median
     S, ties (and CPU timings, which have none) by geometric-mean speedup."""
-    entries: dict[tuple[str, str, str], list[tuple[WorkloadResult, Candidate]]] = {}
+    entries: dict[tuple[str, str, str], list[tuple[MeasuredWorkload, SolutionRun]]] = {}
     for result in results:
         for candidate in result.candidates:
             key = (result.problem, candidate.solution, result.platform)
@@ -103,10 +103,10 @@ def standings(results: Sequence[WorkloadResult]) -> list[Standing]:
     return sorted(rows, key=_rank, reverse=True)
 
 
-def problem_summaries(results: Sequence[WorkloadResult]) -> list[ProblemSummary]:
+def problem_summaries(results: Sequence[MeasuredWorkload]) -> list[ProblemSummary]:
     """One row per problem and platform, in suite order (tier, then name), GPUs before the
     CPU."""
-    groups: dict[tuple[str, str], list[WorkloadResult]] = {}
+    groups: dict[tuple[str, str], list[MeasuredWorkload]] = {}
     for result in results:
         groups.setdefault((result.problem, result.platform), []).append(result)
     rows = [_problem_summary(group) for group in groups.values()]
@@ -121,7 +121,7 @@ def tier_rank(tier: str | None) -> int:
     return len(TIERS) if tier else len(TIERS) + 1
 
 
-def _standing(pairs: list[tuple[WorkloadResult, Candidate]]) -> Standing:
+def _standing(pairs: list[tuple[MeasuredWorkload, SolutionRun]]) -> Standing:
     first_result, first = pairs[0]
     scores = [candidate_score(r, c) for r, c in pairs]
     defined = [s for s in scores if s is not None]
@@ -140,7 +140,7 @@ def _standing(pairs: list[tuple[WorkloadResult, Candidate]]) -> Standing:
     )
 
 
-def _problem_summary(group: list[WorkloadResult]) -> ProblemSummary:
+def _problem_summary(group: list[MeasuredWorkload]) -> ProblemSummary:
     first = group[0]
     ranked = standings(group)
     compile_scores = [s for s in map(compile_score, group) if s is not None]

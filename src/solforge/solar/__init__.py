@@ -7,13 +7,13 @@ from solforge.solar.analysis import (
     analyze_workload,
     sol_floor_ms,
 )
-from solforge.solar.tracer import Trace, trace_reference
+from solforge.solar.tracer import OpTrace, trace_reference
 
 __all__ = [
     "DEFAULT_FP32_POLICY",
     "FP32_POLICIES",
     "Analysis",
-    "Trace",
+    "OpTrace",
     "analyze_workload",
     "sol_floor_ms",
     "trace_reference",

@@ -34,7 +34,7 @@ from solforge.hardware.units import (
 from solforge.problem.problem import Problem
 from solforge.solar.costs import TENSOR_FP32, cost_of
 from solforge.solar.records import OpCost, Product
-from solforge.solar.tracer import Trace, trace_reference
+from solforge.solar.tracer import OpTrace, trace_reference
 
 FP32_POLICIES = {
     "tf32": "float32 products on the TF32 tensor cores (PyTorch with allow_tf32 / 'high')",
@@ -102,7 +102,7 @@ class Analysis:
 
 def analyze_workload(problem: Problem, workload: Workload, profile: HardwareProfile,
                      fp32_policy: str = DEFAULT_FP32_POLICY,
-                     trace: Trace | None = None) -> Analysis:
+                     trace: OpTrace | None = None) -> Analysis:
     if fp32_policy not in FP32_POLICIES:
         raise AnalysisError(f"unknown fp32 policy {fp32_policy!r} "
                             f"(choose from {', '.join(FP32_POLICIES)})")
@@ -139,7 +139,7 @@ def analyze_workload(problem: Problem, workload: Workload, profile: HardwareProf
 
 
 def sol_floor_ms(problem: Problem, workload: Workload, profile: HardwareProfile,
-                 trace: Trace | None = None) -> float:
+                 trace: OpTrace | None = None) -> float:
     """A time no honest kernel can beat: every peak at the maximum clock, float32 products at
     the fastest tensor-core rate, the fused traffic at the datasheet bandwidth."""
     fastest = analyze_workload(problem, workload, profile.at_max_clock(), "fastest", trace)
@@ -164,7 +164,7 @@ def fastest_tensor_unit(profile: HardwareProfile) -> str:
     return max(tensor_units, key=profile.peak)
 
 
-def _cost_records(trace: Trace) -> tuple[list[tuple[str, OpCost]], list[str]]:
+def _cost_records(trace: OpTrace) -> tuple[list[tuple[str, OpCost]], list[str]]:
     costs: list[tuple[str, OpCost]] = []
     unknown: set[str] = set()
     for record in trace.records:

@@ -79,7 +79,9 @@ _IGNORED = {"sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "device
 
 
 @dataclass(frozen=True)
-class Trace:
+class OpTrace:
+    """The ATen operators one reference run executed, with its inputs and outputs."""
+
     records: tuple[OpRecord, ...]
     inputs: dict[str, TensorInfo | None]  # None: a Python scalar input
     outputs: tuple[TensorInfo, ...]
@@ -91,7 +93,7 @@ class Trace:
         return sum(o.nbytes for o in self.outputs)
 
 
-def trace_reference(problem: Problem, workload: Workload, seed: int = 0) -> Trace:
+def trace_reference(problem: Problem, workload: Workload, seed: int = 0) -> OpTrace:
     """Run the reference of `problem` at `workload` on fake tensors and record every op."""
     file = problem.root / "definition.json"
     run = load_reference_module(problem.definition, file).run
@@ -111,7 +113,7 @@ def trace_reference(problem: Problem, workload: Workload, seed: int = 0) -> Trac
                         if isinstance(t, torch.Tensor))
     input_infos = {n: tracer.info(v) if isinstance(v, torch.Tensor) else None
                    for n, v in inputs.items()}
-    return Trace(tuple(tracer.records), input_infos, outputs, tracer.bytes_read(),
+    return OpTrace(tuple(tracer.records), input_infos, outputs, tracer.bytes_read(),
                  tuple(tracer.notes))
 
 

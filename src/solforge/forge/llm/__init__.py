@@ -12,7 +12,7 @@ from solforge.forge.llm.parse import ParseError, solution_from_answer
 from solforge.forge.llm.proposer import LLMError, LLMProposer
 from solforge.forge.llm.records import (
     PARSE_ERROR,
-    Attempt,
+    LlmAttempt,
     Parent,
     Proposal,
     attempt_from_proposal,
@@ -21,11 +21,11 @@ from solforge.forge.llm.records import (
 
 __all__ = [
     "PARSE_ERROR",
-    "Attempt",
     "LLMConfig",
     "LLMConfigError",
     "LLMError",
     "LLMProposer",
+    "LlmAttempt",
     "Parent",
     "ParseError",
     "Proposal",

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from solforge.forge.llm.components import SLOT_PURPOSES, SLOT_TITLES, SLOTS
 from solforge.forge.llm.parse import ParseError
-from solforge.forge.llm.records import Attempt, Parent
+from solforge.forge.llm.records import LlmAttempt, Parent
 
 if TYPE_CHECKING:
     from solforge.store.schema import PromptComponent
@@ -48,7 +48,7 @@ wrong kernel, an error, a cheat or an answer without code."""
 
 
 @dataclass(frozen=True)
-class Variant:
+class PromptVariant:
     id: int
     slot: str
     name: str
@@ -63,19 +63,20 @@ class Variant:
         return (1.0 + self.reward_sum) / (2.0 + self.pulls)
 
     @classmethod
-    def from_row(cls, row: PromptComponent) -> Variant:
+    def from_row(cls, row: PromptComponent) -> PromptVariant:
         return cls(row.id, row.slot, row.name, row.text, row.pulls, row.reward_sum,
                    row.generation)
 
 
-def thompson_choice(variants: Sequence[Variant], rng: random.Random) -> Variant:
+def thompson_choice(variants: Sequence[PromptVariant], rng: random.Random) -> PromptVariant:
     """The variant with the highest draw from its Beta posterior."""
     draws = [rng.betavariate(1.0 + v.reward_sum, 1.0 + max(v.pulls - v.reward_sum, 0.0))
              for v in variants]
     return variants[draws.index(max(draws))]
 
 
-def choose_variants(variants: Sequence[Variant], rng: random.Random) -> dict[str, Variant]:
+def choose_variants(variants: Sequence[PromptVariant],
+                    rng: random.Random) -> dict[str, PromptVariant]:
     """One variant per slot that has any."""
     chosen = {}
     for slot in SLOTS:
@@ -85,13 +86,13 @@ def choose_variants(variants: Sequence[Variant], rng: random.Random) -> dict[str
     return chosen
 
 
-def reward_of(attempt: Attempt, parent: Parent | None) -> float:
+def reward_of(attempt: LlmAttempt, parent: Parent | None) -> float:
     if not attempt.all_passed:
         return 0.0
     return 1.0 if beats(attempt, parent) else 0.5
 
 
-def beats(attempt: Attempt, parent: Parent | None) -> bool:
+def beats(attempt: LlmAttempt, parent: Parent | None) -> bool:
     """Whether a passing attempt is faster than its parent (the baseline when it has none)."""
     if parent is None:
         if attempt.sol_score is not None:
@@ -102,7 +103,7 @@ def beats(attempt: Attempt, parent: Parent | None) -> bool:
     return _faster(attempt.latency_ms, parent.latency_ms)
 
 
-def weakest_variant(variants: Sequence[Variant], min_pulls: int) -> Variant | None:
+def weakest_variant(variants: Sequence[PromptVariant], min_pulls: int) -> PromptVariant | None:
     """The lowest posterior mean among variants with at least `min_pulls` outcomes."""
     judged = [v for v in variants if v.pulls >= min_pulls]
     if not judged:
@@ -110,13 +111,13 @@ def weakest_variant(variants: Sequence[Variant], min_pulls: int) -> Variant | No
     return min(judged, key=lambda v: (v.mean, -v.pulls, v.id))
 
 
-def best_other(variants: Sequence[Variant], weak: Variant) -> Variant | None:
+def best_other(variants: Sequence[PromptVariant], weak: PromptVariant) -> PromptVariant | None:
     """The best other variant of the weak one's slot, the example its rewrite is shown."""
     others = [v for v in variants if v.slot == weak.slot and v.id != weak.id]
     return max(others, key=lambda v: (v.mean, v.pulls), default=None)
 
 
-def rewrite_messages(weak: Variant, best: Variant | None) -> list[dict[str, str]]:
+def rewrite_messages(weak: PromptVariant, best: PromptVariant | None) -> list[dict[str, str]]:
     lines = [f'The part "{SLOT_TITLES[weak.slot]}" tells the kernel writer '
              f"{SLOT_PURPOSES[weak.slot]}.",
              f'Its variant "{weak.name}" scored a mean reward of {_mean_reward(weak):.2f} over '
@@ -146,13 +147,13 @@ def parse_rewrite(text: str) -> str:
     return new_text
 
 
-def rewrite_name(weak: Variant, call_id: int) -> str:
+def rewrite_name(weak: PromptVariant, call_id: int) -> str:
     """The built-in variant's name and the rewrite's call: unique within the slot."""
     root = weak.name.partition("@")[0]
     return f"{root}@{call_id}"
 
 
-def _mean_reward(variant: Variant) -> float:
+def _mean_reward(variant: PromptVariant) -> float:
     return variant.reward_sum / variant.pulls if variant.pulls else 0.0
 
 

@@ -29,7 +29,7 @@ from solforge.data.definition import TensorSpec
 from solforge.errors import SolforgeError
 from solforge.forge.llm.components import SLOT_TITLES, SLOTS
 from solforge.forge.llm.parse import ENTRY_FILE, ENTRY_FUNCTION
-from solforge.forge.llm.records import Attempt, Parent, parent_rank
+from solforge.forge.llm.records import LlmAttempt, Parent, parent_rank
 from solforge.problem.problem import Problem
 from solforge.solar.analysis import Analysis
 
@@ -88,7 +88,7 @@ def prompt_digest(messages: Sequence[Mapping[str, str]]) -> str:
 
 
 def build_prompt(problem: Problem, analysis: Analysis, parents: Sequence[Parent],
-                 attempts: Sequence[Attempt], components: Mapping[str, str],
+                 attempts: Sequence[LlmAttempt], components: Mapping[str, str],
                  token_budget: int) -> Prompt:
     """`attempts` in the order they were made (oldest first); `components`: slot -> text."""
     system = system_message(components)
@@ -195,7 +195,7 @@ def parent_block(number: int, parent: Parent) -> str:
     return "\n".join(lines)
 
 
-def attempt_block(attempt: Attempt, with_source: bool) -> str:
+def attempt_block(attempt: LlmAttempt, with_source: bool) -> str:
     lines = [f"### {attempt.solution}: {attempt.status} "
              f"({attempt.passed}/{attempt.workloads} workloads passed)"]
     if attempt.message:
@@ -239,7 +239,7 @@ def _fit_parents(parents: Sequence[Parent], share: int,
     return blocks, tuple(kept)
 
 
-def _fit_attempts(attempts: Sequence[Attempt], room: int) -> list[str]:
+def _fit_attempts(attempts: Sequence[LlmAttempt], room: int) -> list[str]:
     """Newest first, each with its source if that fits, else without; stop at the first
     attempt that does not fit at all."""
     blocks: list[str] = []
@@ -283,7 +283,7 @@ def _mismatch_line(correctness: Mapping[str, object]) -> str:
             f"max rel error {correctness['max_relative_error']:.3g}{share}{special}.")
 
 
-def _timing_line(attempt: Attempt) -> str:
+def _timing_line(attempt: LlmAttempt) -> str:
     parts = [f"T_k = {attempt.latency_ms:.4g} ms"]
     if attempt.baseline_ms is not None:
         parts.append(f"T_b = {attempt.baseline_ms:.4g} ms")

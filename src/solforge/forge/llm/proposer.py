@@ -24,7 +24,7 @@ from solforge.forge.llm.client import ChatClient, Completion
 from solforge.forge.llm.components import BUILT_IN
 from solforge.forge.llm.config import LLMConfig
 from solforge.forge.llm.metaprompt import (
-    Variant,
+    PromptVariant,
     best_other,
     choose_variants,
     parse_rewrite,
@@ -36,7 +36,7 @@ from solforge.forge.llm.metaprompt import (
 from solforge.forge.llm.parse import ParseError, solution_from_answer
 from solforge.forge.llm.prompt import build_prompt, prompt_digest
 from solforge.forge.llm.records import (
-    Attempt,
+    LlmAttempt,
     Parent,
     Proposal,
     attempt_from_proposal,
@@ -74,7 +74,7 @@ class LLMProposer:
         seed_components(store, BUILT_IN)
 
     def propose(self, problem: Problem, analysis: Analysis, parents: Sequence[Parent],
-                feedback: Sequence[Attempt]) -> list[Proposal]:
+                feedback: Sequence[LlmAttempt]) -> list[Proposal]:
         """`config.samples` proposals; `feedback` in the order the attempts were made."""
         return [self._propose_one(problem, analysis, parents, feedback)
                 for _ in range(self.config.samples)]
@@ -114,7 +114,7 @@ class LLMProposer:
         return replace_component(self.store, weak.id, rewrite_name(weak, call_id), text)
 
     def _propose_one(self, problem: Problem, analysis: Analysis, parents: Sequence[Parent],
-                     feedback: Sequence[Attempt]) -> Proposal:
+                     feedback: Sequence[LlmAttempt]) -> Proposal:
         chosen = choose_variants(self._variants(), self.rng)
         texts = {slot: variant.text for slot, variant in chosen.items()}
         prompt = build_prompt(problem, analysis, parents, feedback, texts,
@@ -135,8 +135,8 @@ class LLMProposer:
         set_call_result(self.store, call_id, solution["name"], None)
         return Proposal(solution, call_id, used, parent)
 
-    def _variants(self) -> list[Variant]:
-        return [Variant.from_row(row) for row in active_components(self.store)]
+    def _variants(self) -> list[PromptVariant]:
+        return [PromptVariant.from_row(row) for row in active_components(self.store)]
 
     def _rewrite_due(self) -> bool:
         every = self.config.rewrite_every

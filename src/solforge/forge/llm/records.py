@@ -1,6 +1,6 @@
 """What the LLM proposer is given and what it hands back: parents, attempts, proposals.
 
-A Parent is an archive elite shown to the model as a starting point. An Attempt is the feedback
+A Parent is an archive elite shown to the model as a starting point. An LlmAttempt is the feedback
 of one earlier candidate: the harness's verdict over its workloads (status, the compiler's or
 the runtime's message, mismatch statistics, times, REWARD_HACK evidence), or the reason its
 response held no usable code. A Proposal is one new candidate with what the bandit needs to
@@ -33,7 +33,7 @@ class Parent:
 
 
 @dataclass(frozen=True)
-class Attempt:
+class LlmAttempt:
     solution: str  # the candidate's name
     status: str  # PASSED, its first failure's harness status (REWARD_HACK first), PARSE_ERROR
     message: str = ""  # that failure's log or REWARD_HACK evidence, or the parse error
@@ -71,7 +71,7 @@ def parent_rank(parent: Parent) -> tuple[float, float]:
     return (-score, latency)
 
 
-def attempt_from_traces(solution: Mapping[str, Any], traces: Sequence[Trace]) -> Attempt:
+def attempt_from_traces(solution: Mapping[str, Any], traces: Sequence[Trace]) -> LlmAttempt:
     """The feedback of one evaluated candidate: its traces, one per workload, summed up."""
     if not traces:
         raise ValueError(f"{solution.get('name')}: no traces; evaluate the solution first")
@@ -82,7 +82,7 @@ def attempt_from_traces(solution: Mapping[str, Any], traces: Sequence[Trace]) ->
     status = first.status.value if first else Status.PASSED.value
     message = (first.evidence or first.log) if first else ""
     all_passed = not failures
-    return Attempt(
+    return LlmAttempt(
         solution=str(solution.get("name", "?")), status=status, message=message or "",
         source=entry_source(solution), workloads=len(traces), passed=len(passed),
         correctness=_worst_correctness(traces),
@@ -92,9 +92,9 @@ def attempt_from_traces(solution: Mapping[str, Any], traces: Sequence[Trace]) ->
         sol_score=_mean([t.evaluation.sol_score for t in passed], all_passed))
 
 
-def attempt_from_proposal(proposal: Proposal) -> Attempt:
+def attempt_from_proposal(proposal: Proposal) -> LlmAttempt:
     """The feedback of a proposal whose response held no usable code."""
-    return Attempt(solution=proposal.name, status=PARSE_ERROR,
+    return LlmAttempt(solution=proposal.name, status=PARSE_ERROR,
                    message=proposal.parse_error or "")
 
 

@@ -6,8 +6,8 @@ layouts CUDA-L2 uses: "nn" (B row-major, stride (N, 1)) and "nt" (B the transpos
 [N, K] weight, stride (1, K)); Triton specialises a stride of 1, so each layout gets its own
 contiguous loads. Accumulation is float32 (tl.dot on the tensor cores: wgmma for tiles of 64
 rows or more on Hopper, mma below that), or float16 when ACC_FP16 (fp16 inputs only; the
-tolerance that costs is in space.py). Tile order is the grouped order of the forge's GEMM
-template (imported, not copied): GROUP_M row-tiles sweep one band of B columns, so the B tiles
+tolerance that costs is in space.py). Tile order is the grouped order of solforge.tiling
+(imported, not copied): GROUP_M row-tiles sweep one band of B columns, so the B tiles
 they share stay in L2.
 
 Triton 3.6's interpreter mis-computes tl.dot on bfloat16 operands (numpy has no bfloat16), so in
@@ -19,10 +19,6 @@ GPU, WIDEN is off.
 import torch
 import triton
 import triton.language as tl
-
-from solforge.forge.templates.kernels.gemm import _tile_coordinates
-
-tile_coordinates = _tile_coordinates
 
 
 def widen(a: torch.Tensor) -> bool:

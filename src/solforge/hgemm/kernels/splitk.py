@@ -17,9 +17,9 @@ from solforge.hgemm.kernels.blocks import (
     even_k,
     store_tile,
     sum_splits,
-    tile_coordinates,
     widen,
 )
+from solforge.tiling import tile_coordinates
 
 
 @triton.jit

@@ -20,10 +20,10 @@ from solforge.hgemm.kernels.blocks import (
     accumulate,
     even_k,
     store_tile,
-    tile_coordinates,
     widen,
 )
 from solforge.hgemm.kernels.tiled import persistent_programs
+from solforge.tiling import tile_coordinates
 
 
 # `share` depends on the SM count: left unspecialised, so a kernel compiled ahead of time on a

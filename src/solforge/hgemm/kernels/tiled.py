@@ -16,9 +16,9 @@ from solforge.hgemm.kernels.blocks import (
     accumulate,
     even_k,
     store_tile,
-    tile_coordinates,
     widen,
 )
+from solforge.tiling import tile_coordinates
 
 CPU_PROGRAMS = 3  # persistent programs in the interpreter: few, so each loops over several tiles
 

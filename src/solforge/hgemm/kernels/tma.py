@@ -17,9 +17,10 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from solforge.hgemm.kernels.blocks import tile_coordinates, widen
+from solforge.hgemm.kernels.blocks import widen
 from solforge.hgemm.kernels.tiled import persistent_programs
 from solforge.hgemm.space import layout_of
+from solforge.tiling import tile_coordinates
 
 
 @triton.jit
