@@ -46,6 +46,7 @@ from script_common import fmt, log, recorded_environment  # noqa: E402
 
 from solforge.data.solution import parse_solution  # noqa: E402
 from solforge.data.trace import Status, Trace  # noqa: E402
+from solforge.defaults import resolve_run  # noqa: E402
 from solforge.errors import SolforgeError  # noqa: E402
 from solforge.forge import archive  # noqa: E402
 from solforge.forge.loop import OptimizeConfig, Optimizer  # noqa: E402
@@ -112,7 +113,7 @@ def search_until_deadline(call: Call, started: float) -> None:
 def search_problem(call: Call, store: Any, address: str) -> dict[str, Any]:
     problem = open_problem(address)
     config = OptimizeConfig(budget=call.budget, device=call.device,
-                            baseline="eager" if call.device == "cpu" else "best")
+                            baseline=resolve_run(call.device).baseline)
     begun = time.monotonic()
     outcome = Optimizer(problem, store, config, lambda line: log(f"  {line}")).run()
     seconds = time.monotonic() - begun

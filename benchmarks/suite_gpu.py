@@ -46,12 +46,13 @@ from script_common import fmt, log, recorded_environment  # noqa: E402
 
 from solforge.bench.plan import find_solutions, plan_problems, solution_folders  # noqa: E402
 from solforge.bench.results import ProblemResults, read_results  # noqa: E402
-from solforge.bench.run import DEFAULT_BASELINE, BenchConfig, BenchOutcome, run_bench  # noqa: E402
+from solforge.bench.run import BenchConfig, BenchOutcome, run_bench  # noqa: E402
 from solforge.bench.summary import (  # noqa: E402
     compile_line,
     solution_line,
     tier_lines,
 )
+from solforge.defaults import resolve_run  # noqa: E402
 from solforge.errors import SolforgeError  # noqa: E402
 from solforge.report import gather, render  # noqa: E402
 from solforge.score import summarize  # noqa: E402
@@ -76,7 +77,7 @@ def bench_until_deadline(call: Call, started: float) -> list[BenchOutcome]:
     store = open_store(f"sqlite:///{call.out / 'suite.db'}")
     found = find_solutions(solution_folders([], bundled=True))
     problems = plan_problems(call.targets, found, call.device)
-    config = BenchConfig(device=call.device, baseline=DEFAULT_BASELINE[call.device],
+    config = BenchConfig(device=call.device, baseline=resolve_run(call.device).baseline,
                          command=f"benchmarks/suite_gpu.py {' '.join(call.targets)}")
     outcomes: list[BenchOutcome] = []
     longest = 0.0
@@ -139,7 +140,7 @@ def write_tables(call: Call, outcomes: list[BenchOutcome]) -> dict[str, Any]:
     store = open_store(f"sqlite:///{call.out / 'suite.db'}")
     found = find_solutions(solution_folders([], bundled=True))
     shipped = {s.name for solutions in found.by_definition.values() for s in solutions}
-    baseline = DEFAULT_BASELINE[call.device]
+    baseline = resolve_run(call.device).baseline
     scored = call.device == "cuda"
     results = [r for outcome in outcomes for r in read_results(store, outcome)]
     records = [problem_record(r, baseline, scored, shipped) for r in results]

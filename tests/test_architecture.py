@@ -74,7 +74,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for child in sorted(graph.get(node, ())):
             if state.get(child) == 1:
-                return path[path.index(child):] + [child]
+                return [*path[path.index(child):], child]
             if child not in state and (cycle := visit(child)):
                 return cycle
         state[node] = 2

@@ -4,8 +4,8 @@ renders a standalone kernel that compiles for sm_90 and passes the harness on th
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from helpers import FIXTURES as TEST_FIXTURES

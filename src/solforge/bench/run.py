@@ -26,8 +26,8 @@ from solforge.bench.plan import BenchProblem
 from solforge.data.solution import Solution
 from solforge.data.trace import Status, Trace
 from solforge.data.workload import Workload
+from solforge.defaults import run_profile
 from solforge.errors import SolforgeError
-from solforge.hardware import load_profile
 from solforge.hardware.profile import HardwareProfile
 from solforge.harness.baseline import BASELINES, KINDS, reference_solution_name
 from solforge.harness.evaluate import EvalConfig, select_workloads
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from solforge.store import Store
 
 # torch.compile on the CPU builds C++ for ~10 s per problem: allowed, but not the CPU default.
-DEFAULT_BASELINE = {"cuda": "best", "cpu": "eager"}
 CPU_WORKLOADS = 1  # the CPU mode runs the smallest workload of each problem
 
 
@@ -138,7 +137,7 @@ def run_bench(problems: list[BenchProblem], store: Store, config: BenchConfig,
 def _run(problems: list[BenchProblem], store: Store, config: BenchConfig, runner: TaskRunner,
          report: Reporter) -> BenchOutcome:
     machine = runner.machine
-    profile = load_profile(config.hardware) if config.hardware else machine.profile
+    profile = run_profile(config.hardware, machine.profile)
     eval_config = _eval_config(config, machine.device_type)
     device = torch.device(machine.device_type)
     stored, units, skipped = plan_units(problems, store, eval_config, device, machine.hardware,

@@ -15,12 +15,11 @@ from rich.table import Table
 from solforge.bench.plan import CPU_MODE, find_solutions, plan_problems, solution_folders
 from solforge.bench.progress import ProgressBar
 from solforge.bench.results import read_results
-from solforge.bench.run import DEFAULT_BASELINE, BenchConfig, run_bench
+from solforge.bench.run import BenchConfig, run_bench
 from solforge.bench.summary import ProblemLine, TierLine, footnote, problem_line, tier_lines
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
-from solforge.errors import SolforgeError
-from solforge.harness.evaluate import resolve_device
+from solforge.defaults import resolve_run
 from solforge.harness.session import Limits
 from solforge.humanize import duration_ms
 from solforge.storage import open_store
@@ -63,9 +62,9 @@ def bench_command(
                                               "import of a solution."),
 ) -> None:
     """Measure T_SOL, the baselines and every solution; store the traces; print the scores."""
-    device_type = _device_type(device, runner)
-    chosen = baseline or DEFAULT_BASELINE[device_type]
-    config = BenchConfig(device=device or device_type, hardware=hardware, baseline=chosen,
+    run = resolve_run(device, hardware, baseline, remote=runner == "ray")
+    device_type, chosen = run.device_type, run.baseline
+    config = BenchConfig(device=run.device, hardware=run.hardware, baseline=chosen,
                          fresh=fresh, limits=Limits(timeout, timeout), runner=runner,
                          workers=workers, ray_address=ray_address,
                          command=shlex.join(["solforge", *sys.argv[1:]]))
@@ -98,20 +97,6 @@ def bench_command(
     console.print(f"{outcome.measured} traces measured, {outcome.skipped} already stored; "
                   f"run {outcome.run_id} in {store.url} (`solforge export -o FILE` writes "
                   f"them as JSONL)", highlight=False)
-
-
-def _device_type(device: str | None, runner: str) -> str:
-    """"cuda" or "cpu". Without --device: cuda when this machine has a GPU; with Ray, cuda (the
-    runner says so when the cluster has none). Only a local device must exist here."""
-    if runner != "ray":
-        return resolve_device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type
-    try:
-        kind = torch.device(device or "cuda").type
-    except RuntimeError:
-        kind = None
-    if kind not in ("cuda", "cpu"):
-        raise SolforgeError(f"unsupported device {device!r} (cuda or cpu)")
-    return kind
 
 
 def _problem_table(lines: list[ProblemLine], profile: str) -> Table:

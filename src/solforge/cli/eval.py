@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 import typer
 from rich.table import Table
 
@@ -12,6 +11,7 @@ from solforge.cli.app import app
 from solforge.cli.console import console as make_console
 from solforge.data.solution import load_solution
 from solforge.data.trace import Status, Trace, append_traces, trace_line
+from solforge.defaults import resolve_run
 from solforge.harness.evaluate import EvalConfig, evaluate
 from solforge.harness.session import Limits
 from solforge.humanize import duration_ms
@@ -29,7 +29,8 @@ def eval_command(
     device: str = typer.Option(None, help="cuda or cpu (default: cuda when available)."),
     hardware: str = typer.Option(None, help="Hardware for T_SOL: a catalog name (H200), "
                                             "NAME@MHz, or a profile JSON (default: the GPU)."),
-    baseline: str = typer.Option("best", help="T_b: eager, compile, or best (the faster)."),
+    baseline: str = typer.Option(None, help="T_b: eager, compile, or best (the faster; default: "
+                                            "best on a GPU, eager on the CPU)."),
     as_json: bool = typer.Option(False, "--json", help="Print one trace per line."),
     output: str = typer.Option(None, "-o", "--output", help="Append the traces to this JSONL."),
     workloads: str = typer.Option(None, help="Only these workloads: uuids (or prefixes), "
@@ -45,9 +46,10 @@ def eval_command(
     """Evaluate SOLUTION on the workloads of PROBLEM: correctness, timing, SOL score."""
     loaded = open_problem(problem)
     candidate = load_solution(solution, loaded.name)
+    run = resolve_run(device, hardware, baseline)
     config = EvalConfig(
-        device=device or ("cuda" if torch.cuda.is_available() else "cpu"), hardware=hardware,
-        baseline=baseline, workloads=tuple(w for w in (workloads or "").split(",") if w),
+        device=run.device, hardware=run.hardware, baseline=run.baseline,
+        workloads=tuple(w for w in (workloads or "").split(",") if w),
         smallest=smallest, timing=timing, iterations=iterations, rounds=rounds, seed=seed,
         limits=Limits(setup_timeout_s=timeout, workload_timeout_s=timeout))
     with progress_console.status("evaluating") as status:

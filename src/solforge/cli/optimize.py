@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
 import typer
 from rich.table import Table
 
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
+from solforge.defaults import resolve_run
 from solforge.problem.problem import load_problem
 from solforge.problem.suite import address_of, open_problem, resolve_problem_dir, tier_of
 from solforge.storage import open_store
@@ -56,18 +56,18 @@ def optimize(
     loaded = load_problem(folder)
     # How the runner's workers find it: a bundled tier/name, else the folder's absolute path.
     address = address_of(folder) if tier_of(folder) else str(folder.resolve())
-    device = device or ("cuda" if runner == "ray" or torch.cuda.is_available() else "cpu")
+    run = resolve_run(device, hardware, remote=runner == "ray")
     llm = LLMConfig(base_url=llm_base_url, model=model) if llm_base_url and model else None
     config = OptimizeConfig(budget=budget if budget or minutes else 20, minutes=minutes,
-                            proposer=proposer, llm=llm, device=device, hardware=hardware,
-                            baseline="eager" if device == "cpu" else "best", seed=seed,
+                            proposer=proposer, llm=llm, device=run.device, hardware=run.hardware,
+                            baseline=run.baseline, seed=seed,
                             ncu=ncu)
-    if device == "cpu":
+    if run.device_type == "cpu":
         console.print("CPU mode: candidates run in Triton's interpreter on the smallest "
                       "workload; fitness is the speedup over eager PyTorch (no SOL score)",
                       highlight=False)
     store = open_store(db)
-    with open_runner(runner, device, workers, ray_address) as task_runner:
+    with open_runner(runner, run.device, workers, ray_address) as task_runner:
         console.print(f"judging up to {task_runner.slots} candidates at once on "
                       f"{task_runner.machine.hardware} ({runner} runner)", highlight=False)
         outcome = Optimizer(loaded, store, config,

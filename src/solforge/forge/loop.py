@@ -36,6 +36,7 @@ from solforge.problem.problem import Problem
 
 if TYPE_CHECKING:
     from solforge.forge.llm import LLMConfig
+    from solforge.hardware.profile import HardwareProfile
     from solforge.runners import TaskRunner
     from solforge.store import Store
 
@@ -141,7 +142,7 @@ class Optimizer:
 
         proposer = LLMProposer(self.config.llm, self.store)
         representative = max(self.problem.workloads, key=self.problem.input_elements)
-        analysis = analyze_workload(self.problem, representative, _profile(self.config))
+        analysis = analyze_workload(self.problem, representative, self._profile())
         while True:
             self._check_budget()
             parents = [Parent(e.name, e.solution, e.fitness, e.latency_ms, e.descriptor)
@@ -298,6 +299,15 @@ class Optimizer:
             config = replace(config, cache_dir=self.config.cache_dir)
         return config
 
+    def _profile(self) -> HardwareProfile:
+        """The profile fitness is scored on: the named one, else the GPU the runner's units
+        run on (or, without a runner, this process's device)."""
+        from solforge.defaults import resolve_device, resolve_profile, run_profile
+
+        if self.runner is not None:
+            return run_profile(self.config.hardware, self.runner.machine.profile)
+        return resolve_profile(self.config.hardware, resolve_device(self.config.device))
+
     def _check_budget(self) -> None:
         if self.config.budget is not None and self.judged >= self.config.budget:
             raise _Exhausted
@@ -311,12 +321,6 @@ class Optimizer:
 
     def _remaining_budget(self, templates_left: int) -> int:
         return max(1, self._budget_left() // templates_left)
-
-
-def _profile(config: OptimizeConfig):
-    from solforge.hardware import load_profile
-
-    return load_profile(config.hardware or "H200")
 
 
 def _best_fitness(elites: list[archive.Elite]) -> float | None:

@@ -34,8 +34,8 @@ from solforge.data.trace import (
     Trace,
 )
 from solforge.data.workload import Workload
-from solforge.errors import HardwareError, SolforgeError
-from solforge.hardware.profile import HardwareProfile
+from solforge.defaults import resolve_device, resolve_profile
+from solforge.errors import SolforgeError
 from solforge.harness import protocol
 from solforge.harness.baseline import (
     BASELINES,
@@ -316,36 +316,6 @@ def _reject_forged_prints(run: RoleRun) -> dict[str, WorkloadResult]:
     return {uuid: result if result.status is not Status.PASSED else
             replace(result, status=Status.REWARD_HACK, message=evidence, correctness=None)
             for uuid, result in run.results.items()}
-
-
-def resolve_device(name: str) -> torch.device:
-    unsupported = SolforgeError(f"unsupported device {name!r} (cuda or cpu)")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise unsupported from None
-    if device.type not in ("cuda", "cpu"):
-        raise unsupported
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SolforgeError("--device cuda: no CUDA device is available (use --device cpu)")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
-def resolve_profile(spec: str | None, device: torch.device) -> HardwareProfile:
-    """The hardware T_SOL is computed for: named, else the GPU itself, else an H200."""
-    from solforge.hardware import datasheet_for_device, load_profile
-
-    if spec:
-        return load_profile(spec)
-    if device.type == "cpu":
-        return load_profile("H200")
-    name = torch.cuda.get_device_name(device)
-    sheet = datasheet_for_device(name)
-    if sheet is None:
-        raise HardwareError(f"no datasheet for {name!r}: name the hardware with --hardware")
-    return sheet.profile()
 
 
 def select_workloads(problem: Problem, config: EvalConfig,

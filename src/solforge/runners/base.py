@@ -30,10 +30,11 @@ from typing import Any
 import torch
 
 from solforge.data.trace import Environment, Evaluation, Status, Trace
+from solforge.defaults import resolve_device, resolve_profile
 from solforge.errors import SolforgeError
 from solforge.hardware.profile import HardwareProfile
 from solforge.harness.baseline import KINDS, reference_solution_name
-from solforge.harness.evaluate import EvalConfig, resolve_device, resolve_profile, select_workloads
+from solforge.harness.evaluate import EvalConfig, select_workloads
 from solforge.measure.environment import environment, run_environment
 from solforge.problem.suite import open_problem
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
+from solforge.defaults import resolve_device
 from solforge.errors import SolforgeError
-from solforge.harness.evaluate import resolve_device
 from solforge.harness.process import describe_exit, kill_group, python_command, python_env
 from solforge.runners.base import (
     DEFAULT_RETRIES,
