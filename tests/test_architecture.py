@@ -8,6 +8,7 @@ tested or replaced without the other.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import solforge
 
 SRC = Path(solforge.__file__).resolve().parent
 # Packages that may import nothing of solforge but these (the formats, measurement, scores).
-BOTTOM = {"errors": set(), "data": {"errors"}, "score": {"errors"},
+BOTTOM = {"errors": set(), "data": {"errors"}, "score": {"errors", "data"},
           "measure": {"errors", "data"}}
 
 
@@ -48,6 +49,7 @@ def _top(module: str) -> str | None:
     return parts[1] if parts[0] == "solforge" and len(parts) > 1 else None
 
 
+@functools.cache
 def package_graph() -> dict[str, set[str]]:
     """Top-level package (or module) of solforge -> those it imports."""
     known = {name for name, _ in _modules()}

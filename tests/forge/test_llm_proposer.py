@@ -350,7 +350,7 @@ def test_the_prompt_keeps_the_best_parents_and_the_newest_feedback_within_budget
 def test_rewards_follow_the_outcome():
     parent = _parent("p", 0.7, 1.0)
     passed = LlmAttempt("a", "PASSED", workloads=2, passed=2, latency_ms=0.8, baseline_ms=2.0,
-                     sol_score=0.75)
+                        sol_score=0.75)
     assert reward_of(passed, parent) == 1.0
     assert reward_of(replace(passed, sol_score=0.65), parent) == 0.5
     assert reward_of(replace(passed, passed=1, status="INCORRECT_NUMERICAL"), parent) == 0.0

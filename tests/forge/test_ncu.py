@@ -113,7 +113,7 @@ def test_without_ncu_there_is_no_profile(monkeypatch, tmp_path):
 def test_the_metrics_reach_the_prompt():
     feedback = Profile(parse_ncu_csv(_report())).feedback()
     attempt = LlmAttempt(solution="cand", status="PASSED", workloads=1, passed=1, latency_ms=0.03,
-                      baseline_ms=0.05, profile=feedback)
+                         baseline_ms=0.05, profile=feedback)
     block = attempt_block(attempt, with_source=False)
     assert "DRAM throughput 88%" in block and "Nsight Compute, one call:" in block
     assert "Nsight" not in attempt_block(LlmAttempt(solution="x", status="PASSED"), False)

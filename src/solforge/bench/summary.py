@@ -6,9 +6,10 @@ that prints them, also for traces an earlier run measured:
 - T_b of a workload is the configured baseline: eager, torch.compile, or the faster of the two;
 - the S of torch.compile is scored against eager PyTorch: how far the compiler moves toward the
   speed of light;
-- a problem's best solution has the highest mean S over its workloads (a failed workload scores
-  0); on the CPU, where nothing is scored, it passes the most workloads and then has the highest
-  geometric-mean speedup over eager;
+- a problem's best solution is chosen by solforge.score.rank, the convention the report and the
+  optimizer use too: the highest mean S over its workloads (a failed workload scores 0), then
+  the most workloads passed, then the highest geometric-mean speedup over T_b (on the CPU, where
+  nothing is scored, the last two decide);
 - a tier's medians are over its problems (`summarize_tier`), the solutions' side taking each
   problem's best solution. Speedups are geometric means over the passing workloads.
 """
@@ -28,9 +29,9 @@ from solforge.score import (
     geometric_mean,
     score_workload,
     speedup,
-    summarize,
     summarize_tier,
 )
+from solforge.score.rank import Rating, best, mean_sol_score
 
 EAGER, COMPILE = REFERENCE_EAGER, REFERENCE_COMPILE
 TORCH_COMPILE = "torch.compile"
@@ -47,6 +48,10 @@ class SolutionLine:
     speedup_eager: float | None
     speedup_compile: float | None
     scores: tuple[Score, ...]  # per scored workload (empty on the CPU)
+    speedup_baseline: float | None = None  # over T_b, the configured baseline
+
+    def rating(self) -> Rating:
+        return Rating(self.sol_score, self.passed, self.speedup_baseline)
 
 
 def baseline_ms(results: ProblemResults, uuid: str, baseline: str) -> float | None:
@@ -60,21 +65,21 @@ def baseline_ms(results: ProblemResults, uuid: str, baseline: str) -> float | No
 def solution_line(results: ProblemResults, name: str, outcomes: dict[str, Measured],
                   baseline: str, scored: bool) -> SolutionLine:
     scores = []
-    gains: dict[str, list[float]] = {EAGER: [], COMPILE: []}
+    gains: dict[str, list[float]] = {EAGER: [], COMPILE: [], "T_b": []}
     for uuid, measured in outcomes.items():
         eager, compiled = results.reference_ms(EAGER, uuid), results.reference_ms(COMPILE, uuid)
-        for kind, reference in ((EAGER, eager), (COMPILE, compiled)):
+        t_b = baseline_ms(results, uuid, baseline)
+        for kind, reference in ((EAGER, eager), (COMPILE, compiled), ("T_b", t_b)):
             if measured.passed and reference is not None:
                 gains[kind].append(speedup(reference, measured.latency_ms))
-        score = (workload_score(name, measured, results.t_sol_ms.get(uuid),
-                                baseline_ms(results, uuid, baseline), eager, compiled)
+        score = (workload_score(name, measured, results.t_sol_ms.get(uuid), t_b, eager, compiled)
                  if scored else None)
         if score is not None:
             scores.append(score)
     return SolutionLine(name, sum(m.passed for m in outcomes.values()), len(results.workloads),
-                        summarize(name, scores).sol_score_mean if scores else None,
+                        mean_sol_score([score.sol_score for score in scores]),
                         geometric_mean(gains[EAGER]), geometric_mean(gains[COMPILE]),
-                        tuple(scores))
+                        tuple(scores), geometric_mean(gains["T_b"]))
 
 
 def workload_score(name: str, measured: Measured, t_sol_ms: float | None,
@@ -102,11 +107,7 @@ def compile_line(results: ProblemResults, scored: bool) -> SolutionLine | None:
 def best_solution(results: ProblemResults, baseline: str, scored: bool) -> SolutionLine | None:
     lines = [solution_line(results, name, outcomes, baseline, scored)
              for name, outcomes in results.solutions.items()]
-    if not lines:
-        return None
-    if scored:
-        return max(lines, key=lambda line: (line.sol_score or 0.0, line.passed))
-    return max(lines, key=lambda line: (line.passed, line.speedup_eager or 0.0))
+    return best(lines, SolutionLine.rating)
 
 
 @dataclass(frozen=True)

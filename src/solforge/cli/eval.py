@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import typer
 from rich.table import Table
 
@@ -16,6 +14,7 @@ from solforge.harness.evaluate import EvalConfig, evaluate
 from solforge.harness.session import Limits
 from solforge.humanize import duration_ms
 from solforge.problem.suite import open_problem
+from solforge.score.rank import rate_traces
 
 console = make_console()
 progress_console = make_console(stderr=True)
@@ -99,14 +98,11 @@ def _table(traces: list[Trace], var_axes: list[str]) -> Table:
 def _summary(traces: list[Trace]) -> str:
     passed = [t for t in traces if t.status is Status.PASSED]
     parts = [f"{len(passed)}/{len(traces)} passed"]
-    scores = [t.evaluation.sol_score for t in passed if t.evaluation.sol_score is not None]
-    if scores:
-        parts.append(f"mean SOL score {sum(scores) / len(scores):.3f}")
-    speedups = [t.evaluation.performance.speedup_factor for t in passed
-                if t.evaluation.performance.speedup_factor > 0]
-    if speedups:
-        geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
-        parts.append(f"geomean speedup {geomean:.3g}x over T_b")
+    rating = rate_traces(traces)  # a failed workload counts S = 0, as bench and report count it
+    if rating.sol_score is not None:
+        parts.append(f"mean SOL score {rating.sol_score:.3f}")
+    if rating.speedup is not None:
+        parts.append(f"geomean speedup {rating.speedup:.3g}x over T_b")
     labels = {t.evaluation.timing.label for t in passed if t.evaluation.timing}
     parts += sorted(labels)
     return "; ".join(parts)

@@ -2,17 +2,18 @@
 
 On a GPU the fitness is the mean SOL score over the workloads (1 at the speed of light, 0.5 at
 the baseline). On the CPU there is no score (CPU timings are not priced against T_SOL), so the
-fitness is the geometric-mean speedup over the baseline there, and says so (`kind`). A candidate
+fitness is the geometric-mean speedup over the baseline there, and says so (`kind`). Both are
+solforge.score.rank's, the convention bench and the report rank solutions by. A candidate
 that is not PASSED everywhere has no fitness; a REWARD_HACK anywhere makes it a REWARD_HACK.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 
 from solforge.data.trace import Status, Trace
+from solforge.score.rank import rate_traces
 
 SOL_SCORE, SPEEDUP = "sol_score", "speedup"
 
@@ -35,11 +36,8 @@ def verdict(traces: list[Trace]) -> Verdict:
         first = failed[0].evaluation
         evidence = first.evidence or first.log or first.status.value
         return Verdict(first.status.value, None, SOL_SCORE, None, evidence[:2000])
-    latencies = [t.evaluation.performance.latency_ms for t in traces]
-    scores = [t.evaluation.sol_score for t in traces]
-    if all(score is not None for score in scores):
-        return Verdict(Status.PASSED.value, statistics.fmean(scores), SOL_SCORE,
-                       statistics.median(latencies), None)
-    speedups = [t.evaluation.performance.speedup_factor for t in traces]
-    geomean = math.exp(statistics.fmean(math.log(s) for s in speedups))
-    return Verdict(Status.PASSED.value, geomean, SPEEDUP, statistics.median(latencies), None)
+    latency_ms = statistics.median(t.evaluation.performance.latency_ms for t in traces)
+    rating = rate_traces(traces)
+    if all(t.evaluation.sol_score is not None for t in traces):
+        return Verdict(Status.PASSED.value, rating.sol_score, SOL_SCORE, latency_ms, None)
+    return Verdict(Status.PASSED.value, rating.speedup, SPEEDUP, latency_ms, None)

@@ -116,7 +116,7 @@ class Optimizer:
             pass
         elites = archive.elites(self.store, self.problem.name)
         return SearchOutcome(self.judged, self.reused, self.hacks, elites[0] if elites else None,
-                       elites)
+                             elites)
 
     # ---- proposers -------------------------------------------------------------------------
 

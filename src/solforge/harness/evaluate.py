@@ -175,7 +175,7 @@ class EvaluationRun:
                        for w in self.workloads}
             return RoleRun(results, "")
         return self.supervisor.run(protocol.CANDIDATE, solution, build, self.plan, self.workloads,
-                               report)
+                                   report)
 
     def hold_to_floor(self, result: WorkloadResult,
                       sol: SpeedOfLight | str) -> WorkloadResult:

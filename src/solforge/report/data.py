@@ -198,8 +198,8 @@ def _speed_of_light(rows: list[AnalysisRow]) -> WorkloadAnalysis | None:
         priced = priced_as.get(unit, unit)
         flops_by_unit[priced] = flops_by_unit.get(priced, 0.0) + float(flops)
     return WorkloadAnalysis(hardware=row.hardware, fp32_policy=row.fp32_policy,
-                        t_sol_ms=row.t_sol_ms, flops=row.flops, flops_by_unit=flops_by_unit,
-                        bytes_fused=row.bytes_fused, bound=row.bound)
+                            t_sol_ms=row.t_sol_ms, flops=row.flops, flops_by_unit=flops_by_unit,
+                            bytes_fused=row.bytes_fused, bound=row.bound)
 
 
 def _baseline_ms(traces: list[TraceRow], solutions: dict[int, SolutionRow], name: str,
@@ -214,7 +214,7 @@ def _baseline_ms(traces: list[TraceRow], solutions: dict[int, SolutionRow], name
 def _candidate(trace: TraceRow, solution: SolutionRow, labels: dict[int, str]) -> SolutionRun:
     passed = trace.status == PASSED
     return SolutionRun(solution=labels[solution.id], author=solution.author, status=trace.status,
-                     latency_ms=trace.latency_ms if passed else None)
+                       latency_ms=trace.latency_ms if passed else None)
 
 
 def _solution_labels(solutions: Iterable[SolutionRow]) -> dict[int, str]:

@@ -189,7 +189,7 @@ def _roofline_section(results: Sequence[MeasuredWorkload]) -> str:
 
 def _problems_section(rows: Sequence[ProblemSummary]) -> str:
     columns = ["tier", "problem", "platform", "workloads", "T_SOL", "eager", "torch.compile",
-               "compile S", "best solution", "its median S", "its speedup"]
+               "compile S", "best solution", "its mean S", "its speedup"]
     cells = []
     for row in rows:
         best = row.best
@@ -197,8 +197,8 @@ def _problems_section(rows: Sequence[ProblemSummary]) -> str:
             Cell(row.tier or "-", css="text"), Cell(row.problem, css="text"),
             _platform(row.platform, row.cpu_timing), Cell(str(row.workloads), row.workloads),
             _time_range(row.t_sol_ms), _time_range(row.eager_ms), _time_range(row.compile_ms),
-            _score(row.compile_median_score), Cell(best.solution if best else "-", css="text"),
-            _score(best.median_score if best else None),
+            _score(row.compile_score), Cell(best.solution if best else "-", css="text"),
+            _score(best.mean_score if best else None),
             _speedup(best.geomean_speedup if best else None),
         ])
     return _section("problems", "Problems", _table("problems-table", columns, cells))
@@ -210,16 +210,17 @@ def _leaderboard_section(rows: Sequence[Standing]) -> str:
                         '<p class="empty">No candidate solution was evaluated, only the '
                         "reference baselines.</p>")
     columns = ["rank", "solution", "problem", "author", "platform", "workloads", "PASSED",
-               "failed", "median S", "geomean speedup"]
+               "failed", "mean S", "geomean speedup"]
     cells = [[Cell(str(rank), rank), Cell(row.solution, css="text"), Cell(row.problem, css="text"),
               Cell(row.author or "-", css="text"), _platform(row.platform, row.cpu_timing),
               Cell(str(row.workloads), row.workloads), Cell(str(row.passed), row.passed),
               Cell(", ".join(f"{status} {count}" for status, count in row.failures) or "-",
                    row.workloads - row.passed, css="text"),
-              _score(row.median_score), _speedup(row.geomean_speedup)]
+              _score(row.mean_score), _speedup(row.geomean_speedup)]
              for rank, row in enumerate(rows, start=1)]
-    caption = ("<p>Ranked by median S over each solution's workloads, ties by geometric-mean "
-               "speedup; CPU timings have no S and rank by speedup after every scored row.</p>")
+    caption = ("<p>Ranked by mean S over each solution's workloads (a failed workload scores "
+               "0), then by workloads passed, then by geometric-mean speedup; CPU timings have "
+               "no S and rank after every scored row.</p>")
     return _section("leaderboard", "Leaderboard",
                     caption + _table("leaderboard-table", columns, cells))
 

@@ -1,25 +1,21 @@
 """The numbers the report's tables and charts share: per-workload SOL scores, the best candidate
-of each workload, and solutions ranked by their median score.
+of each workload, and solutions ranked as solforge.score.rank ranks them (bench and the
+optimizer rank the same way, so they name the same best solution).
 
-Conventions, those of solforge.score:
-- T_b is the faster of the two reference baselines (eager, torch.compile); torch.compile's own
-  score takes T_b = eager.
-- On a workload that can be scored, a candidate that failed scores 0 (the formula's limit as T_k
-  grows); a time the score is undefined for (under T_SOL, or a baseline at the bound) is left
-  out, never clamped.
+- T_b is the faster of the two reference baselines (eager, torch.compile): bench's default;
+  torch.compile's own score takes T_b = eager.
 - CPU timings (`--device cpu`) get speedups, CPU against CPU, but never a SOL score.
-- Speedups are averaged geometrically, over the workloads that passed.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from solforge.problem.suite import TIERS
 from solforge.report.data import PASSED, MeasuredWorkload, SolutionRun
-from solforge.score import ScoreError, geometric_mean, sol_score, speedup
+from solforge.score import ScoreError, sol_score, speedup
+from solforge.score.rank import Rating, mean_sol_score, ranked_best_first, rate
 
 
 @dataclass(frozen=True)
@@ -34,8 +30,11 @@ class Standing:
     workloads: int
     passed: int
     failures: tuple[tuple[str, int], ...]  # (status, count), most frequent first
-    median_score: float | None  # None when no workload could be scored
+    mean_score: float | None  # None when no workload could be scored
     geomean_speedup: float | None  # over the faster baseline; None when none passed
+
+    def rating(self) -> Rating:
+        return Rating(self.mean_score, self.passed, self.geomean_speedup)
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ class ProblemSummary:
     t_sol_ms: tuple[float, float] | None  # (lowest, highest) over the workloads
     eager_ms: tuple[float, float] | None
     compile_ms: tuple[float, float] | None
-    compile_median_score: float | None  # torch.compile against eager
+    compile_score: float | None  # torch.compile against eager, mean over the workloads
     best: Standing | None  # the best-ranked candidate on this problem
 
 
@@ -92,15 +91,14 @@ def best_score(result: MeasuredWorkload) -> tuple[str, float] | None:
 
 
 def standings(results: Sequence[MeasuredWorkload]) -> list[Standing]:
-    """Every solution of every problem, per platform, over its workloads; best first: by median
-    S, ties (and CPU timings, which have none) by geometric-mean speedup."""
+    """Every solution of every problem, per platform, over its workloads; best first."""
     entries: dict[tuple[str, str, str], list[tuple[MeasuredWorkload, SolutionRun]]] = {}
     for result in results:
         for candidate in result.candidates:
             key = (result.problem, candidate.solution, result.platform)
             entries.setdefault(key, []).append((result, candidate))
     rows = [_standing(pairs) for _, pairs in sorted(entries.items())]
-    return sorted(rows, key=_rank, reverse=True)
+    return ranked_best_first(rows, Standing.rating)
 
 
 def problem_summaries(results: Sequence[MeasuredWorkload]) -> list[ProblemSummary]:
@@ -123,9 +121,10 @@ def tier_rank(tier: str | None) -> int:
 
 def _standing(pairs: list[tuple[MeasuredWorkload, SolutionRun]]) -> Standing:
     first_result, first = pairs[0]
-    scores = [candidate_score(r, c) for r, c in pairs]
-    defined = [s for s in scores if s is not None]
-    speedups = [candidate_speedup(r, c) for r, c in pairs]
+    scores = [s for s in (candidate_score(r, c) for r, c in pairs) if s is not None]
+    speedups = [s for s in (candidate_speedup(r, c) for r, c in pairs) if s is not None]
+    passed = sum(c.status == PASSED for _, c in pairs)
+    rating = rate(scores, passed, speedups)
     failures: dict[str, int] = {}
     for _, candidate in pairs:
         if candidate.status != PASSED:
@@ -133,10 +132,9 @@ def _standing(pairs: list[tuple[MeasuredWorkload, SolutionRun]]) -> Standing:
     return Standing(
         problem=first_result.problem, solution=first.solution, author=first.author,
         platform=first_result.platform, cpu_timing=first_result.cpu_timing, workloads=len(pairs),
-        passed=sum(c.status == PASSED for _, c in pairs),
+        passed=passed,
         failures=tuple(sorted(failures.items(), key=lambda item: (-item[1], item[0]))),
-        median_score=statistics.median(defined) if defined else None,
-        geomean_speedup=geometric_mean([s for s in speedups if s is not None]),
+        mean_score=rating.sol_score, geomean_speedup=rating.speedup,
     )
 
 
@@ -150,14 +148,9 @@ def _problem_summary(group: list[MeasuredWorkload]) -> ProblemSummary:
         t_sol_ms=_span([r.sol.t_sol_ms for r in group if r.sol is not None]),
         eager_ms=_span([r.eager_ms for r in group if r.eager_ms is not None]),
         compile_ms=_span([r.compile_ms for r in group if r.compile_ms is not None]),
-        compile_median_score=statistics.median(compile_scores) if compile_scores else None,
+        compile_score=mean_sol_score(compile_scores),
         best=ranked[0] if ranked else None,
     )
-
-
-def _rank(standing: Standing) -> tuple[bool, float, float]:
-    return (standing.median_score is not None, standing.median_score or 0.0,
-            standing.geomean_speedup or 0.0)
 
 
 def _score_or_none(kernel_ms: float, baseline_ms: float, sol_ms: float) -> float | None:

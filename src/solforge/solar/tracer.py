@@ -114,7 +114,7 @@ def trace_reference(problem: Problem, workload: Workload, seed: int = 0) -> OpTr
     input_infos = {n: tracer.info(v) if isinstance(v, torch.Tensor) else None
                    for n, v in inputs.items()}
     return OpTrace(tuple(tracer.records), input_infos, outputs, tracer.bytes_read(),
-                 tuple(tracer.notes))
+                   tuple(tracer.notes))
 
 
 def _fake_inputs(problem: Problem, workload: Workload, tracer: _Tracer,

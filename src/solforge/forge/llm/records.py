@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from solforge.data.trace import Status, Trace
+from solforge.score.rank import rate_traces
 
 PARSE_ERROR = "PARSE_ERROR"  # an attempt whose response held no usable code (not a harness status)
 
@@ -89,13 +90,13 @@ def attempt_from_traces(solution: Mapping[str, Any], traces: Sequence[Trace]) ->
         latency_ms=_mean([t.evaluation.performance.latency_ms for t in passed], all_passed),
         baseline_ms=_mean([t.evaluation.performance.reference_latency_ms for t in passed],
                           all_passed),
-        sol_score=_mean([t.evaluation.sol_score for t in passed], all_passed))
+        sol_score=_sol_score(traces, all_passed))
 
 
 def attempt_from_proposal(proposal: Proposal) -> LlmAttempt:
     """The feedback of a proposal whose response held no usable code."""
     return LlmAttempt(solution=proposal.name, status=PARSE_ERROR,
-                   message=proposal.parse_error or "")
+                      message=proposal.parse_error or "")
 
 
 def entry_source(solution: Mapping[str, Any]) -> str:
@@ -117,6 +118,13 @@ def _worst_correctness(traces: Sequence[Trace]) -> dict[str, Any] | None:
             "max_relative_error": worst.max_relative_error,
             "matched_ratio": worst.matched_ratio, "has_nan": worst.has_nan,
             "has_inf": worst.has_inf}
+
+
+def _sol_score(traces: Sequence[Trace], all_passed: bool) -> float | None:
+    """S as solforge.score.rank has it, only when every workload passed and has one."""
+    if not all_passed or any(t.evaluation.sol_score is None for t in traces):
+        return None
+    return rate_traces(traces).sol_score
 
 
 def _mean(values: list[float | None], all_passed: bool) -> float | None:
