@@ -36,7 +36,7 @@ from solforge.forge.capture import (
     Launch,
     capture_solutions,
 )
-from solforge.hardware.catalog import H200_SXM
+from solforge.hardware.block_limits import TARGET
 from solforge.problem.problem import Problem
 
 MEMORY_PATHS = ("plain", "vector16", "smem_cp_async", "tma")
@@ -50,7 +50,7 @@ TILE_CLASSES = ("small", "medium", "large", "unknown")
 # fit in Hopper's 228 KiB of shared memory per SM.
 SMALL_TILE_ELEMENTS = 4096
 LARGE_TILE_ELEMENTS = 32768
-DEFAULT_SM_COUNT = H200_SXM.sm_count  # for the persistent-grid rule: H100 / H200 SXM, 132
+DEFAULT_SM_COUNT = TARGET.sm_count  # for the persistent-grid rule: 132 on the H100 / H200 SXM
 
 @dataclass(frozen=True)
 class Descriptor:

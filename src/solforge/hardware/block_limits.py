@@ -1,9 +1,12 @@
-"""What one H200 thread block may use, and the estimates templates compare with it.
+"""What one thread block of the target GPU may use, and the estimates that the forge's templates
+and the HGEMM tuner compare with it.
 
-Limits of compute capability 9.0 (CUDA C++ Programming Guide, "Technical Specifications per
-Compute Capability"; the H200 is a Hopper GH100 like the H100): 227 KB of shared memory per
-block (the 228 KB of an SM less 1 KB the system keeps per block, opt-in beyond 48 KB, which
-Triton does), 255 registers per thread, 64 K 32-bit registers per SM, 1024 threads per block.
+The per-SM figures come from the target's hardware profile (TARGET, the H200 the forge compiles
+for, sm_90a): a block may have the SM's shared memory less the 1 KB the system keeps per block
+(228 KB -> 227 KB on Hopper, opt-in beyond 48 KB, which Triton does), and the SM's register
+file (256 KB: 64 K 32-bit registers). Per thread and per block the limits are those of every
+compute capability from 7.0 on (CUDA C++ Programming Guide, "Technical Specifications per
+Compute Capability"): 255 registers per thread, 1024 threads per block.
 
 The estimates are deliberately simple, so a template can reject a setting before anything
 compiles: shared memory from the tiles a pipelined loop keeps in flight (Triton holds
@@ -21,9 +24,20 @@ from __future__ import annotations
 
 import math
 
-SHARED_MEMORY_PER_BLOCK = 227 * 1024
+from solforge.hardware.catalog import H200_SXM
+from solforge.hardware.profile import HardwareProfile
+
+RESERVED_SHARED_MEMORY_PER_BLOCK = 1024  # bytes the system keeps in each block's shared memory
+
+
+def shared_memory_per_block(profile: HardwareProfile) -> int:
+    return profile.smem_bytes_per_sm - RESERVED_SHARED_MEMORY_PER_BLOCK
+
+
+TARGET = H200_SXM.profile()
+SHARED_MEMORY_PER_BLOCK = shared_memory_per_block(TARGET)
 REGISTERS_PER_THREAD = 255
-REGISTERS_PER_SM = 64 * 1024
+REGISTERS_PER_SM = TARGET.regfile_bytes_per_sm // 4  # 32-bit registers
 THREADS_PER_WARP = 32
 MAX_THREADS_PER_BLOCK = 1024
 REGISTER_ALLOWANCE = 32  # addresses, indices, loop state: a working figure, not a measurement
@@ -37,7 +51,7 @@ def shared_memory_reason(nbytes: int, what: str) -> str | None:
     if nbytes <= SHARED_MEMORY_PER_BLOCK:
         return None
     return (f"{what} need {nbytes} bytes of shared memory per block, over the "
-            f"{SHARED_MEMORY_PER_BLOCK} an H200 block can have")
+            f"{SHARED_MEMORY_PER_BLOCK} a block of the {TARGET.name} can have")
 
 
 def register_reason(values_per_thread: float, num_warps: int, what: str) -> str | None:

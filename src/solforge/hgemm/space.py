@@ -10,7 +10,7 @@ Shapes (about 1,100):
 
 Each kernel variant (kernels/__init__.py) has a space of settings; `check` rejects a setting
 an H200 block cannot hold or a shape the kernel cannot take (the screens of the forge's
-templates, forge/templates/resources.py, plus alignment rules), so nothing invalid reaches a
+templates, hardware/block_limits.py, plus alignment rules), so nothing invalid reaches a
 compile. `shortlist` prunes the space per shape to about ten candidates: a small roofline model
 (per-wave time of a tile: its FLOPs at the SM's share of the tensor peak, scaled by a tile
 efficiency, or its operand bytes at the SM's share of bandwidth) ranks the tile shapes, and the
@@ -29,7 +29,8 @@ import torch
 import triton
 
 from solforge.errors import SolforgeError
-from solforge.forge.templates.resources import (
+from solforge.hardware.block_limits import (
+    TARGET,
     first_reason,
     matmul_words,
     register_reason,
@@ -74,11 +75,11 @@ PROJECTIONS = (
     Projection("l1/gemm_bias_gelu_whisper_large_v3_fc1", 5120, 1280, "float16"),
 )
 
-# H200 SXM figures for the pruning model (anchors.md 5; the datasheet's dense fp16/bf16
-# tensor-core rate and HBM3e bandwidth). Launchers read the SM count off the device.
-SM_COUNT = 132
-TENSOR_PEAK_FLOPS = 989.4e12
-DRAM_BYTES_PER_S = 4.8e12
+# The pruning model's figures, from the target's hardware profile (the H200's datasheet: dense
+# fp16 tensor-core rate, HBM3e bandwidth). Launchers read the SM count off the device.
+SM_COUNT = TARGET.sm_count
+TENSOR_PEAK_FLOPS = TARGET.peaks["tensor.fp16"]
+DRAM_BYTES_PER_S = TARGET.dram_bytes_per_s
 LAUNCH_GAP_S = 2e-6  # a second launch inside a graph (split-K sums, stream-K fix-up)
 WORKSPACE_LIMIT_BYTES = 256 * 2**20  # float32 partials of split-K and GEMV
 

@@ -21,13 +21,6 @@ import torch.nn.functional as F
 from solforge.data.definition import Definition
 from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
-from solforge.forge.templates.resources import (
-    first_reason,
-    register_reason,
-    threads,
-    threads_reason,
-    tile_words,
-)
 from solforge.forge.templates.template import (
     FLOAT_DTYPES,
     Params,
@@ -37,6 +30,13 @@ from solforge.forge.templates.template import (
     memoized_by_definition,
     render_kernel,
     usable_names,
+)
+from solforge.hardware.block_limits import (
+    first_reason,
+    register_reason,
+    threads,
+    threads_reason,
+    tile_words,
 )
 from solforge.problem.problem import Problem
 

@@ -24,13 +24,6 @@ import triton
 from solforge.data.definition import Definition
 from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
-from solforge.forge.templates.resources import (
-    first_reason,
-    matmul_words,
-    register_reason,
-    shared_memory_reason,
-    threads_reason,
-)
 from solforge.forge.templates.template import (
     Params,
     Template,
@@ -39,6 +32,13 @@ from solforge.forge.templates.template import (
     memoized_by_definition,
     render_kernel,
     usable_names,
+)
+from solforge.hardware.block_limits import (
+    first_reason,
+    matmul_words,
+    register_reason,
+    shared_memory_reason,
+    threads_reason,
 )
 from solforge.problem.problem import Problem
 

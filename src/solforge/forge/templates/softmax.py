@@ -20,13 +20,6 @@ import torch
 from solforge.data.definition import Definition
 from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
-from solforge.forge.templates.resources import (
-    first_reason,
-    idle_threads_reason,
-    register_reason,
-    threads_reason,
-    tile_words,
-)
 from solforge.forge.templates.template import (
     FLOAT_DTYPES,
     Params,
@@ -37,6 +30,13 @@ from solforge.forge.templates.template import (
     render_kernel,
     row_block_reason,
     usable_names,
+)
+from solforge.hardware.block_limits import (
+    first_reason,
+    idle_threads_reason,
+    register_reason,
+    threads_reason,
+    tile_words,
 )
 from solforge.problem.problem import Problem
 
