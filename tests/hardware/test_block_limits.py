@@ -14,7 +14,7 @@ from solforge.hgemm import space
 
 
 def test_the_target_is_the_h200_with_the_guides_hopper_limits():
-    assert TARGET == load_profile("H200")
+    assert load_profile("H200") == TARGET
     assert SHARED_MEMORY_PER_BLOCK == 227 * 1024  # compute capability 9.0: 227 KB per block
     assert REGISTERS_PER_SM == 64 * 1024
 
@@ -31,5 +31,5 @@ def test_the_reason_names_the_limit_and_the_gpu():
 
 def test_the_hgemm_pruning_model_reads_the_profile():
     assert space.SM_COUNT == TARGET.sm_count == 132
-    assert space.DRAM_BYTES_PER_S == TARGET.dram_bytes_per_s
-    assert space.TENSOR_PEAK_FLOPS == TARGET.peaks["tensor.fp16"]
+    assert TARGET.dram_bytes_per_s == space.DRAM_BYTES_PER_S
+    assert TARGET.peaks["tensor.fp16"] == space.TENSOR_PEAK_FLOPS
