@@ -339,7 +339,7 @@ def test_cli_analyze_json_lines(make_problem):
         assert line["bound"] in {"compute", "memory"}
 
 
-# ---- coverage: every op family of the issue is costed, none falls through as unknown ----------
+# ---- coverage: every op family of the suite is costed, none falls through as unknown ----------
 
 CONV_CASES = [
     ("conv1d", "torch.nn.functional.conv1d(x, w, padding=2)", [2, 8, 50], [16, 8, 5]),

@@ -1,7 +1,7 @@
 """Behaviour descriptors of a candidate, read off its compiled code: the archive's cell axes.
 
 KernelFoundry reads its descriptors from the source text with regular expressions: cheap, but a
-comment can game them and they cannot see what the compiler made of the code (anchors.md, 8).
+comment can game them and they cannot see what the compiler made of the code.
 Here the candidate's Triton kernels are compiled for the target GPU and the compiled code is read:
 PTX (what Triton asked for), SASS (what ptxas made of it) and TTGIR (Triton's GPU IR, which still
 shows loops and tile shapes). A machine without a GPU can do this: Triton compiles for
@@ -176,7 +176,7 @@ def compute_path(ptx_ops: Counter, sass_ops: Counter) -> Finding:
     - wgmma: `wgmma.mma_async` (Hopper's warpgroup MMA, operands from shared memory, sm_90a);
       SASS HGMMA (fp16/bf16/tf32), QGMMA (fp8), IGMMA (int8).
     - mma_sync: `mma.sync` / `mma.sp` (the warp-level MMA of Ampere); SASS HMMA / IMMA / DMMA
-      with no GMMA. A matrix kernel here on Hopper is on the slower path (HOPPER.md).
+      with no GMMA. A matrix kernel here on Hopper is on the slower path.
     - cuda_core: no matrix instruction at all.
     The axes are Hopper's: Blackwell's tcgen05.mma (sm_100) is not recognised.
     """

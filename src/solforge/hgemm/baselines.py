@@ -4,7 +4,7 @@
 - cublaslt_heuristic: cuBLASLt's first algorithm from its heuristic (nvmath-python's
   `Matmul.plan`, then `execute`);
 - cublaslt_autotuned: the same plan after `Matmul.autotune` has timed its algorithms and put the
-  fastest first (CUDA-L2's strongest baseline; anchors.md 7).
+  fastest first (CUDA-L2's strongest baseline).
 Both cuBLASLt baselines compute in float32 (COMPUTE_32F, nvmath's default for float16 and
 bfloat16) and write into C in place (beta = 0). nvmath-python is imported here only: without it
 the two cuBLASLt baselines are skipped with a note, and everything else still runs.

@@ -6,12 +6,12 @@ product; then all four methods interleaved in the same timing runs, in
 - offline mode: calls back to back (each still on a cold L2), and
 - server mode: calls spaced by exponential gaps (Poisson arrivals, mean `server_gap_ms`), the
   GPU idle in between as behind a server (CUDA-L2's second mode);
-each timed kernel-only (profiler kernel records: no host launch cost, the lesson of
-anchors.md 6) and by CUDA-graph replay. CUDA-L2 timed one call between two host synchronizes,
+each timed kernel-only (profiler kernel records: no host launch cost) and by CUDA-graph
+replay. CUDA-L2 timed one call between two host synchronizes,
 launch overhead included; neither time here includes it.
 
 Rows are appended to a JSON-lines file as each shape finishes (resumable, like the tuner).
-`summarize` turns rows and the tuned table into the issue's numbers: the dispatcher's geometric
+`summarize` turns rows and the tuned table into the goal numbers: the dispatcher's geometric
 mean speedup over torch.matmul and its worst shape, per mode and timing; the share of shapes
 where the tuned kernel alone beats autotuned cuBLASLt; the large-cube ratios.
 """

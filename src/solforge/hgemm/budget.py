@@ -23,7 +23,7 @@ Item = TypeVar("Item")
 SHAPE_OVERHEAD_S = 0.5
 CALL_OVERHEAD_S = 150e-6
 SUSTAINED_FLOPS = 6e14  # half-precision GEMMs, any method
-REFERENCE_FLOPS = 5e13  # float32 without TF32 (anchors.md 6: 51 TFLOP/s)
+REFERENCE_FLOPS = 5e13  # float32 without TF32 (the H200's 51 TFLOP/s)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from solforge.hgemm.kernels import VARIANTS
 from solforge.hgemm.space import Config, Shape, shortlist
 
 TARGET = "sm_90a"
-# SASS instructions that tell the paths apart (HOPPER.md): wgmma, mma.sync, TMA loads and
+# SASS instructions that tell the paths apart : wgmma, mma.sync, TMA loads and
 # stores, cp.async, CUDA-core FMAs.
 INSTRUCTIONS = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDGSTS", "FFMA")
 ENTRY_SOURCE = '''import triton  # noqa: F401  (a Triton solution)

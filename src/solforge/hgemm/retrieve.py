@@ -1,7 +1,7 @@
 """Kernels for shapes the table does not hold: try the winners of the nearest tuned shapes,
 keep one only if it is right and beats torch.matmul here, and remember the choice.
 
-CUDA-L2 pads an unseen shape up to the nearest larger tuned one (anchors.md 7), which pays for
+CUDA-L2 pads an unseen shape up to the nearest larger tuned one, which pays for
 the padding on every call and trusts a kernel never measured at this shape. Here distance is
 taken in log2 space (log2 M, log2 N, log2 K: 1000 x 1000 x 1000 is as near to 2048^3 as
 4096 x 4096 x 4096 is to 2048^3; a dtype change adds half a step), the k nearest tuned shapes

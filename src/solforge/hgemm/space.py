@@ -1,7 +1,7 @@
 """What the HGEMM tuner covers: the shapes, each kernel's settings, and which settings to try.
 
 Shapes (about 1,100):
-- the CUDA-L2 grid: M, N, K each in {64, ..., 16384} (anchors.md 7), 1,000 shapes, float16,
+- the CUDA-L2 grid: M, N, K each in {64, ..., 16384}, 1,000 shapes, float16,
   B row-major ("nn", C = A @ B as torch.matmul gets it);
 - decode: M in {1, 2, 4, 8, 16, 32} against the real (N, K) of the suite's model projections
   (CUDA-L2 has none), in the models' dtype, B as an nn.Linear weight ("nt": B = weight.T, the

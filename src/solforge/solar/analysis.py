@@ -94,7 +94,7 @@ class Analysis:
     notes: tuple[str, ...]
 
     def to_json(self) -> dict:
-        """The `--json` line: the fields the issue names first, then the rest."""
+        """The `--json` line: the headline fields first, then the rest."""
         data = asdict(self)
         data["ops"] = [asdict(o) for o in self.ops]
         return data

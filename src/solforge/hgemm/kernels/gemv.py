@@ -7,7 +7,7 @@ summing over K in float32. Programs cover N in BLOCK_N columns and K in SPLIT_K 
 N = 4096 gives enough programs to keep every SM's loads in flight; with SPLIT_K > 1 the float32
 partials are summed by a second launch (blocks.sum_splits), as in split-K. At M = 1 this is
 2 * K * N FLOPs over 2 * K * N bytes: about 1 FLOP per byte, far below the ~206 FLOP/byte
-ridge of the H200 (anchors.md 7), so the bandwidth floor is 2 * K * N / 4.8e12 s.
+ridge of the H200, so the bandwidth floor is 2 * K * N / 4.8e12 s.
 """
 
 import torch

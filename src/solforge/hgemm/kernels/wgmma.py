@@ -3,7 +3,7 @@
 
 Built once per machine with torch.utils.cpp_extension (ninja; cached in PyTorch's extension
 folder, TORCH_EXTENSIONS_DIR) for sm_90a only, with -gencode=arch=compute_90a,code=sm_90a:
-wgmma and setmaxnreg exist only there, and a plain sm_90 pass would reject them (HOPPER.md).
+wgmma and setmaxnreg exist only there, and a plain sm_90 pass would reject them.
 cpp_extension adds no architecture flags of its own when the given flags name one. The kernel
 source includes no PyTorch header, so `nvcc -c` can compile it alone
 (tests/hgemm/test_hgemm.py does,
