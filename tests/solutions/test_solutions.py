@@ -1,7 +1,8 @@
-"""The bundled Triton solutions for norms, softmax, cross-entropy and embedding pass the harness.
+"""The bundled Triton solutions pass the harness: norms, softmax, cross-entropy, embedding,
+RoPE, SwiGLU, GeGLU, the MoE router, the GEMM with a bias + GELU epilogue and FP8 quantisation.
 
 Each solution runs through the full harness on the CPU (Triton's interpreter) at its problem's
-smallest workload, one worker per solution; on a GPU (`gpu` mark) at every workload. The
+smallest workload, two solutions at a time; on a GPU (`gpu` mark) at every workload. The
 smallest workloads only reach the launch shapes for few rows, so the shapes used for many rows
 (whole-row softmax programs looping over rows, cross-entropy without column chunks, one row per
 program) are checked here directly against PyTorch on small inputs.
@@ -17,7 +18,6 @@ from types import ModuleType
 import pytest
 import torch
 import torch.nn.functional as F
-from harness_corpus import short_limits
 
 import solforge
 from solforge.data.solution import load_solution
@@ -33,6 +33,12 @@ BUNDLED = {
     "l1/softmax_llama3_1_8b_vocab": "triton_online_softmax.json",
     "l1/cross_entropy_llama3_1_8b": "triton_cross_entropy.json",
     "l1/embedding_llama3_1_8b": "triton_embedding.json",
+    "l1/rope_llama3_1_8b": "triton_rope.json",
+    "l1/swiglu_llama3_1_8b": "triton_swiglu.json",
+    "l1/geglu_gemma3_27b": "triton_geglu.json",
+    "l1/moe_topk_router_qwen3_30b_a3b": "triton_router.json",
+    "l1/gemm_bias_gelu_whisper_large_v3_fc1": "triton_gemm_bias_gelu.json",
+    "quant/fp8_quant_per_token_llama3_1_8b_down": "triton_fp8_quant.json",
 }
 
 
@@ -49,7 +55,7 @@ def _statuses(address: str, config: EvalConfig) -> list[tuple[str, Status, str]]
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory) -> dict[str, list[tuple[str, Status, str]]]:
-    config = EvalConfig(device="cpu", baseline="eager", smallest=1, limits=short_limits(),
+    config = EvalConfig(device="cpu", baseline="eager", smallest=1,
                         cache_dir=tmp_path_factory.mktemp("solutions_cache"))
     with ThreadPoolExecutor(max_workers=2) as pool:
         found = pool.map(lambda address: _statuses(address, config), BUNDLED)
