@@ -23,11 +23,10 @@ from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.template import (
     FLOAT_DTYPES,
+    Matcher,
     Params,
     Template,
-    binding_for,
     largest,
-    memoized_by_definition,
     render_kernel,
     usable_names,
 )
@@ -102,11 +101,7 @@ def _match(definition: Definition) -> ActivationBinding | None:
                              activation, rounded)
 
 
-bind = memoized_by_definition(_match)
-
-
-def applies(definition: Definition) -> bool:
-    return bind(definition) is not None
+bind = Matcher(_match)
 
 
 def valid(params: Params, problem: Problem, workload: Workload) -> str | None:
@@ -144,7 +139,7 @@ def render(params: Params, problem: Problem) -> dict[str, Any]:
 
 
 def _binding(problem: Problem) -> ActivationBinding:
-    return binding_for(bind, TEMPLATE.name, problem)
+    return bind.binding(TEMPLATE.name, problem)
 
 
 TEMPLATE = Template(
@@ -152,7 +147,7 @@ TEMPLATE = Template(
     family="elementwise",
     space={"BLOCK": (256, 512, 1024, 2048, 4096), "NUM_WARPS": (1, 2, 4, 8, 16),
            "VECTOR": (1, 2, 4, 8)},
-    applies=applies,
+    applies=bind.applies,
     valid=valid,
     render=render,
 )

@@ -26,11 +26,10 @@ from solforge.data.definition import Definition
 from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.template import (
+    Matcher,
     Params,
     Template,
-    binding_for,
     largest,
-    memoized_by_definition,
     render_kernel,
     usable_names,
 )
@@ -127,16 +126,8 @@ def _match_decode(definition: Definition) -> AttentionBinding | None:
     return None if found is None else roles
 
 
-bind_prefill = memoized_by_definition(_match_prefill)
-bind_decode = memoized_by_definition(_match_decode)
-
-
-def applies_prefill(definition: Definition) -> bool:
-    return bind_prefill(definition) is not None
-
-
-def applies_decode(definition: Definition) -> bool:
-    return bind_decode(definition) is not None
+bind_prefill = Matcher(_match_prefill)
+bind_decode = Matcher(_match_decode)
 
 
 def _shape_reason(problem: Problem, workload: Workload, binding: AttentionBinding) -> str | None:
@@ -157,7 +148,7 @@ def _attention_words(rows: int, keys: int, dim: int, element_bytes: int, warps: 
 
 
 def valid_prefill(params: Params, problem: Problem, workload: Workload) -> str | None:
-    binding = binding_for(bind_prefill, PREFILL.name, problem)
+    binding = bind_prefill.binding(PREFILL.name, problem)
     dim = problem.axes(workload)[binding.dim_axis]
     bm, bn = params["BLOCK_M"], params["BLOCK_N"]
     stages, warps = params["NUM_STAGES"], params["NUM_WARPS"]
@@ -176,7 +167,7 @@ def valid_prefill(params: Params, problem: Problem, workload: Workload) -> str |
 
 
 def valid_decode(params: Params, problem: Problem, workload: Workload) -> str | None:
-    binding = binding_for(bind_decode, DECODE.name, problem)
+    binding = bind_decode.binding(DECODE.name, problem)
     axes = problem.axes(workload)
     dim = axes[binding.dim_axis]
     group = axes[binding.q_heads_axis] // max(axes[binding.kv_heads_axis], 1)
@@ -199,7 +190,7 @@ def valid_decode(params: Params, problem: Problem, workload: Workload) -> str | 
 
 
 def render_prefill(params: Params, problem: Problem) -> dict[str, Any]:
-    binding = binding_for(bind_prefill, PREFILL.name, problem)
+    binding = bind_prefill.binding(PREFILL.name, problem)
     arguments = {"q": binding.q, "k": binding.k, "v": binding.v, "out": binding.out}
     mask = "causal" if binding.causal else "bidirectional"
     summary = (f"FlashAttention-2 style {mask} prefill with GQA: online softmax, float32 "
@@ -209,7 +200,7 @@ def render_prefill(params: Params, problem: Problem) -> dict[str, Any]:
 
 
 def render_decode(params: Params, problem: Problem) -> dict[str, Any]:
-    binding = binding_for(bind_decode, DECODE.name, problem)
+    binding = bind_decode.binding(DECODE.name, problem)
     arguments = {"q": binding.q, "k_cache": binding.k, "v_cache": binding.v,
                  "out": binding.out}
     summary = ("Split-KV decode attention (FlashDecoding): a KV group's query heads share each "
@@ -223,7 +214,7 @@ PREFILL = Template(
     family="attention",
     space={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (16, 32, 64, 128),
            "NUM_STAGES": (1, 2, 3, 4), "NUM_WARPS": (4, 8)},
-    applies=applies_prefill,
+    applies=bind_prefill.applies,
     valid=valid_prefill,
     render=render_prefill,
 )
@@ -233,7 +224,7 @@ DECODE = Template(
     space={"BLOCK_H": (16, 32, 64), "BLOCK_N": (16, 32, 64, 128),
            "SPLIT_LEN": (128, 256, 512, 1024, 2048, 4096, 8192), "NUM_STAGES": (1, 2, 3),
            "NUM_WARPS": (2, 4, 8)},
-    applies=applies_decode,
+    applies=bind_decode.applies,
     valid=valid_decode,
     render=render_decode,
 )

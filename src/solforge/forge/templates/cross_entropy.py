@@ -19,11 +19,10 @@ from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.template import (
     FLOAT_DTYPES,
+    Matcher,
     Params,
     Template,
-    binding_for,
     largest,
-    memoized_by_definition,
     render_kernel,
     usable_names,
 )
@@ -79,15 +78,11 @@ def _match(definition: Definition) -> CrossEntropyBinding | None:
                                logits.shape[1])
 
 
-bind = memoized_by_definition(_match)
-
-
-def applies(definition: Definition) -> bool:
-    return bind(definition) is not None
+bind = Matcher(_match)
 
 
 def valid(params: Params, problem: Problem, workload: Workload) -> str | None:
-    binding = binding_for(bind, TEMPLATE.name, problem)
+    binding = bind.binding(TEMPLATE.name, problem)
     rows, block, warps = params["ROWS"], params["BLOCK"], params["NUM_WARPS"]
     vocab = largest(problem, binding.vocab_axis)
     return first_reason(
@@ -99,7 +94,7 @@ def valid(params: Params, problem: Problem, workload: Workload) -> str | None:
 
 
 def render(params: Params, problem: Problem) -> dict[str, Any]:
-    binding = binding_for(bind, TEMPLATE.name, problem)
+    binding = bind.binding(TEMPLATE.name, problem)
     arguments = {"logits": binding.logits, "labels": binding.labels, "losses": binding.losses,
                  "loss": binding.loss}
     summary = ("Cross-entropy with an online log-sum-exp per row (ignore_index -100), then the "
@@ -113,7 +108,7 @@ TEMPLATE = Template(
     family="row_reduction",
     space={"ROWS": (1, 2, 4, 8, 16), "BLOCK": (1024, 2048, 4096, 8192, 16384),
            "NUM_WARPS": (4, 8, 16)},
-    applies=applies,
+    applies=bind.applies,
     valid=valid,
     render=render,
 )

@@ -25,11 +25,10 @@ from solforge.data.definition import Definition
 from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.template import (
+    Matcher,
     Params,
     Template,
-    binding_for,
     largest,
-    memoized_by_definition,
     render_kernel,
     usable_names,
 )
@@ -143,11 +142,7 @@ def _roles(definition: Definition) -> GemmBinding | None:
                        weight.shape[0], x.shape[1], x.dtype.bits // 8, "none", False)
 
 
-bind = memoized_by_definition(_match)
-
-
-def applies(definition: Definition) -> bool:
-    return bind(definition) is not None
+bind = Matcher(_match)
 
 
 def _tile_reasons(params: Params, problem: Problem, workload: Workload,
@@ -173,7 +168,7 @@ def _tile_reasons(params: Params, problem: Problem, workload: Workload,
 
 
 def valid_tiled(params: Params, problem: Problem, workload: Workload) -> str | None:
-    binding = binding_for(bind, "gemm", problem)
+    binding = bind.binding("gemm", problem)
     k = problem.axes(workload)[binding.k_axis]
     return first_reason(
         None if k % params["BLOCK_K"] == 0 else
@@ -183,7 +178,7 @@ def valid_tiled(params: Params, problem: Problem, workload: Workload) -> str | N
 
 
 def valid_tma(params: Params, problem: Problem, workload: Workload) -> str | None:
-    binding = binding_for(bind, "gemm_tma", problem)
+    binding = bind.binding("gemm_tma", problem)
     axes = problem.axes(workload)
     k, n = axes[binding.k_axis], axes[binding.n_axis]
     aligned = [value for value in (k, n) if value * binding.element_bytes % TMA_ALIGNMENT == 0]
@@ -196,7 +191,7 @@ def valid_tma(params: Params, problem: Problem, workload: Workload) -> str | Non
 
 def _render(params: Params, problem: Problem, template: str, file: str,
             schedule: dict[str, bool]) -> dict[str, Any]:
-    binding = binding_for(bind, template, problem)
+    binding = bind.binding(template, problem)
     constants = {**schedule, "HAS_BIAS": binding.bias is not None,
                  "ACTIVATION": binding.activation,
                  "ROUND_BEFORE_ACTIVATION": binding.round_before_activation}
@@ -222,10 +217,10 @@ def render_tma(params: Params, problem: Problem) -> dict[str, Any]:
     return _render(params, problem, "gemm_tma", "gemm_tma.py", {})
 
 
-TILED = Template(name="gemm", family="gemm", space=SPACE, applies=applies, valid=valid_tiled,
+TILED = Template(name="gemm", family="gemm", space=SPACE, applies=bind.applies, valid=valid_tiled,
                  render=render_tiled)
-PERSISTENT = Template(name="gemm_persistent", family="gemm", space=SPACE, applies=applies,
+PERSISTENT = Template(name="gemm_persistent", family="gemm", space=SPACE, applies=bind.applies,
                       valid=valid_tiled, render=render_persistent)
-TMA = Template(name="gemm_tma", family="gemm", space=SPACE, applies=applies, valid=valid_tma,
+TMA = Template(name="gemm_tma", family="gemm", space=SPACE, applies=bind.applies, valid=valid_tma,
                render=render_tma)
 TEMPLATES = (TILED, PERSISTENT, TMA)

@@ -22,11 +22,10 @@ from solforge.data.definition import Definition, TensorSpec
 from solforge.data.workload import Workload, resolve_axes
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.template import (
+    Matcher,
     Params,
     Template,
-    binding_for,
     largest,
-    memoized_by_definition,
     render_kernel,
     usable_names,
 )
@@ -141,15 +140,11 @@ def _with_groups(roles: ScaledGemmBinding, definition: Definition,
     return replace(roles, group_k=k // k_groups, group_n=n // n_blocks)
 
 
-bind = memoized_by_definition(_match)
-
-
-def applies(definition: Definition) -> bool:
-    return bind(definition) is not None
+bind = Matcher(_match)
 
 
 def valid(params: Params, problem: Problem, workload: Workload) -> str | None:
-    binding = binding_for(bind, TEMPLATE.name, problem)
+    binding = bind.binding(TEMPLATE.name, problem)
     k = problem.axes(workload)[binding.k_axis]
     bm, bn, bk = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"]
     warps, stages = params["NUM_WARPS"], params["NUM_STAGES"]
@@ -172,7 +167,7 @@ def valid(params: Params, problem: Problem, workload: Workload) -> str | None:
 
 
 def render(params: Params, problem: Problem) -> dict[str, Any]:
-    binding = binding_for(bind, TEMPLATE.name, problem)
+    binding = bind.binding(TEMPLATE.name, problem)
     constants = {"SCALING": binding.scaling, "GROUP_K": binding.group_k,
                  "GROUP_N": binding.group_n}
     arguments = {"x": binding.x, "weight": binding.weight, "x_scale": binding.x_scale,
@@ -189,7 +184,7 @@ TEMPLATE = Template(
     family="fp8_gemm",
     space={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (64, 128, 256), "BLOCK_K": (64, 128),
            "GROUP_M": (1, 8), "NUM_STAGES": (2, 3, 4), "NUM_WARPS": (4, 8)},
-    applies=applies,
+    applies=bind.applies,
     valid=valid,
     render=render,
 )

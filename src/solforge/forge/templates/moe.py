@@ -23,11 +23,10 @@ from solforge.data.definition import Definition
 from solforge.data.workload import Workload, resolve_axes
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.template import (
+    Matcher,
     Params,
     Template,
-    binding_for,
     largest,
-    memoized_by_definition,
     render_kernel,
     usable_names,
 )
@@ -119,15 +118,11 @@ def _roles(definition: Definition) -> MoeBinding | None:
                       out.name, x.shape[0], weight.shape[1], x.shape[1], 1, 1)
 
 
-bind = memoized_by_definition(_match)
-
-
-def applies(definition: Definition) -> bool:
-    return bind(definition) is not None
+bind = Matcher(_match)
 
 
 def valid(params: Params, problem: Problem, workload: Workload) -> str | None:
-    binding = binding_for(bind, TEMPLATE.name, problem)
+    binding = bind.binding(TEMPLATE.name, problem)
     k = problem.axes(workload)[binding.k_axis]
     bm, bn, bk = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"]
     warps, stages = params["NUM_WARPS"], params["NUM_STAGES"]
@@ -147,7 +142,7 @@ def valid(params: Params, problem: Problem, workload: Workload) -> str | None:
 
 
 def render(params: Params, problem: Problem) -> dict[str, Any]:
-    binding = binding_for(bind, TEMPLATE.name, problem)
+    binding = bind.binding(TEMPLATE.name, problem)
     arguments = {"x": binding.x, "x_scale": binding.x_scale, "weight": binding.weight,
                  "weight_scale": binding.weight_scale, "expert_offsets": binding.offsets,
                  "out": binding.out}
@@ -163,7 +158,7 @@ TEMPLATE = Template(
     family="moe",
     space={"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (64, 128, 256), "BLOCK_K": (64, 128),
            "NUM_STAGES": (2, 3, 4), "NUM_WARPS": (4, 8)},
-    applies=applies,
+    applies=bind.applies,
     valid=valid,
     render=render,
 )

@@ -23,10 +23,9 @@ from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.template import (
     FLOAT_DTYPES,
+    Matcher,
     Params,
     Template,
-    binding_for,
-    memoized_by_definition,
     render_kernel,
     usable_names,
 )
@@ -111,15 +110,11 @@ def _floats(*specs: TensorSpec) -> bool:
     return all(spec.dtype.name in FLOAT_DTYPES for spec in specs)
 
 
-bind = memoized_by_definition(_match)
-
-
-def applies(definition: Definition) -> bool:
-    return bind(definition) is not None
+bind = Matcher(_match)
 
 
 def valid(params: Params, problem: Problem, workload: Workload) -> str | None:
-    binding = binding_for(bind, TEMPLATE.name, problem)
+    binding = bind.binding(TEMPLATE.name, problem)
     axes = problem.axes(workload)
     half = axes[binding.dim_axis] // 2
     most_heads = max(axes[binding.q_heads_axis],
@@ -137,7 +132,7 @@ def valid(params: Params, problem: Problem, workload: Workload) -> str | None:
 
 
 def render(params: Params, problem: Problem) -> dict[str, Any]:
-    binding = binding_for(bind, TEMPLATE.name, problem)
+    binding = bind.binding(TEMPLATE.name, problem)
     arguments = {"q": binding.q, "k": binding.k, "positions": binding.positions,
                  "cos_sin_cache": binding.cache, "q_out": binding.q_out,
                  "k_out": binding.k_out}
@@ -151,7 +146,7 @@ TEMPLATE = Template(
     name="rope",
     family="rope",
     space={"TOKENS": (1, 2, 4, 8), "HEADS": (1, 2, 4, 8, 16, 32), "NUM_WARPS": (1, 2, 4, 8)},
-    applies=applies,
+    applies=bind.applies,
     valid=valid,
     render=render,
 )

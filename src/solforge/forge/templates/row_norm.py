@@ -23,11 +23,10 @@ from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.template import (
     FLOAT_DTYPES,
+    Matcher,
     Params,
     Template,
-    binding_for,
     largest,
-    memoized_by_definition,
     render_kernel,
     row_block_reason,
     usable_names,
@@ -142,15 +141,11 @@ def _is_rows(spec: TensorSpec) -> bool:
     return spec.shape is not None and len(spec.shape) == 2
 
 
-bind = memoized_by_definition(_match)
-
-
-def applies(definition: Definition) -> bool:
-    return bind(definition) is not None
+bind = Matcher(_match)
 
 
 def valid(params: Params, problem: Problem, workload: Workload) -> str | None:
-    binding = binding_for(bind, TEMPLATE.name, problem)
+    binding = bind.binding(TEMPLATE.name, problem)
     hidden = problem.axes(workload)[binding.hidden_axis]
     widest = largest(problem, binding.hidden_axis)
     rows, block, warps = params["ROWS"], params["BLOCK"], params["NUM_WARPS"]
@@ -165,7 +160,7 @@ def valid(params: Params, problem: Problem, workload: Workload) -> str | None:
 
 
 def render(params: Params, problem: Problem) -> dict[str, Any]:
-    binding = binding_for(bind, TEMPLATE.name, problem)
+    binding = bind.binding(TEMPLATE.name, problem)
     constants = {"NORM": binding.norm, "WEIGHT": binding.weight_mode,
                  "HAS_RESIDUAL": binding.residual is not None,
                  "HAS_BIAS": binding.bias is not None}
@@ -187,7 +182,7 @@ TEMPLATE = Template(
     family="row_reduction",
     space={"ROWS": (1, 2, 4, 8), "BLOCK": (256, 512, 1024, 2048, 4096, 8192),
            "NUM_WARPS": (1, 2, 4, 8, 16), "METHOD": ("single_pass", "two_pass")},
-    applies=applies,
+    applies=bind.applies,
     valid=valid,
     render=render,
 )

@@ -22,11 +22,10 @@ from solforge.data.workload import Workload
 from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.template import (
     FLOAT_DTYPES,
+    Matcher,
     Params,
     Template,
-    binding_for,
     largest,
-    memoized_by_definition,
     render_kernel,
     row_block_reason,
     usable_names,
@@ -85,15 +84,11 @@ def _match(definition: Definition) -> SoftmaxBinding | None:
     return SoftmaxBinding(x.name, out.name, temperature, x.shape[-1], found)
 
 
-bind = memoized_by_definition(_match)
-
-
-def applies(definition: Definition) -> bool:
-    return bind(definition) is not None
+bind = Matcher(_match)
 
 
 def valid(params: Params, problem: Problem, workload: Workload) -> str | None:
-    binding = binding_for(bind, TEMPLATE.name, problem)
+    binding = bind.binding(TEMPLATE.name, problem)
     cols = problem.axes(workload)[binding.cols_axis]
     widest = largest(problem, binding.cols_axis)
     rows, block, warps = params["ROWS"], params["BLOCK"], params["NUM_WARPS"]
@@ -107,7 +102,7 @@ def valid(params: Params, problem: Problem, workload: Workload) -> str | None:
 
 
 def render(params: Params, problem: Problem) -> dict[str, Any]:
-    binding = binding_for(bind, TEMPLATE.name, problem)
+    binding = bind.binding(TEMPLATE.name, problem)
     constants = {"LOG": binding.log, "HAS_TEMPERATURE": binding.temperature is not None}
     arguments = {"x": binding.x, "out": binding.out}
     if binding.temperature is not None:
@@ -124,7 +119,7 @@ TEMPLATE = Template(
     family="row_reduction",
     space={"ROWS": (1, 2, 4, 8, 16), "BLOCK": (256, 512, 1024, 2048, 4096, 8192, 16384),
            "NUM_WARPS": (1, 2, 4, 8, 16), "METHOD": ("single_pass", "two_pass")},
-    applies=applies,
+    applies=bind.applies,
     valid=valid,
     render=render,
 )

@@ -22,7 +22,7 @@ import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import triton
 
@@ -72,27 +72,29 @@ class TemplateError(SolforgeError):
     """A template asked to check or render a problem it does not apply to."""
 
 
-def binding_for(bind: Callable[[Definition], Binding | None], template: str,
-                problem: Problem) -> Binding:
-    """What `bind` found in the problem's definition; TemplateError if nothing."""
-    binding = bind(problem.definition)
-    if binding is None:
-        raise TemplateError(f"template {template} does not apply to problem {problem.name}")
-    return binding
+class Matcher(Generic[Binding]):
+    """How a template recognises its problems: `match(definition)` (which may run the
+    reference) cached per definition, with the two questions every template asks of it."""
 
+    def __init__(self, match: Callable[[Definition], Binding | None]) -> None:
+        self.match = match
+        self.found: dict[str, Binding | None] = {}
 
-def memoized_by_definition(match: Callable[[Definition], Binding | None],
-                           ) -> Callable[[Definition], Binding | None]:
-    """Cache a template's `match(definition)` (it may run the reference) per definition."""
-    found: dict[str, Binding | None] = {}
-
-    def cached(definition: Definition) -> Binding | None:
+    def __call__(self, definition: Definition) -> Binding | None:
         key = definition_fingerprint(definition)
-        if key not in found:
-            found[key] = match(definition)
-        return found[key]
+        if key not in self.found:
+            self.found[key] = self.match(definition)
+        return self.found[key]
 
-    return cached
+    def applies(self, definition: Definition) -> bool:
+        return self(definition) is not None
+
+    def binding(self, template: str, problem: Problem) -> Binding:
+        """What `match` found in the problem's definition; TemplateError if nothing."""
+        binding = self(problem.definition)
+        if binding is None:
+            raise TemplateError(f"template {template} does not apply to problem {problem.name}")
+        return binding
 
 
 def definition_fingerprint(definition: Definition) -> str:
