@@ -37,8 +37,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from harness_corpus import EXPLOITS, HONEST, load_fixtures, mismatches, run_fixture  # noqa: E402
 
+from solforge.data.solution import load_solution  # noqa: E402
 from solforge.data.trace import Status, Trace, append_traces  # noqa: E402
-from solforge.harness import EvalConfig, Limits, evaluate, load_solution  # noqa: E402
+from solforge.harness import EvalConfig, Limits, evaluate  # noqa: E402
 from solforge.measure.timing import time_iterations  # noqa: E402
 from solforge.problem import load_problem, open_problem  # noqa: E402
 

@@ -23,11 +23,12 @@ from pathlib import Path
 import torch
 
 import solforge
+from solforge.data.workload import Workload
 from solforge.errors import SolforgeError
 from solforge.hardware import load_profile
 from solforge.hardware.profile import HardwareProfile
 from solforge.humanize import duration_ms
-from solforge.problem import Problem, Workload
+from solforge.problem import Problem
 from solforge.problem.suite import address_of, bundled_problem_dirs, open_problem, tier_of
 from solforge.solar import DEFAULT_FP32_POLICY, analyze_workload, trace_reference
 

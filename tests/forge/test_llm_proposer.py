@@ -22,7 +22,8 @@ from openai_server import (
     FakeOpenAI,
 )
 
-from solforge.data.trace import Correctness, Environment, Evaluation
+from solforge.data.solution import parse_solution
+from solforge.data.trace import Correctness, Environment, Evaluation, Status, Trace
 from solforge.forge.llm import (
     PARSE_ERROR,
     LlmAttempt,
@@ -43,7 +44,7 @@ from solforge.forge.llm.metaprompt import PromptVariant, choose_variants, reward
 from solforge.forge.llm.parse import code_blocks
 from solforge.forge.llm.prompt import PromptError, build_prompt, prompt_digest
 from solforge.hardware.load import load_profile
-from solforge.harness import EvalConfig, Status, Trace, evaluate, parse_solution
+from solforge.harness import EvalConfig, evaluate
 from solforge.problem import load_problem
 from solforge.solar import analyze_workload
 from solforge.store import Store

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 from helpers import FIXTURES as TEST_FIXTURES
 
+from solforge.data.solution import parse_solution
+from solforge.data.trace import Status
 from solforge.forge.capture import CaptureJob, DescriptorError, capture_solutions
 from solforge.forge.descriptors import describe_kernels
 from solforge.forge.templates import FAMILIES, TEMPLATES, template_named, templates_for
 from solforge.forge.templates.template import TemplateError
-from solforge.harness import EvalConfig, Status, evaluate, parse_solution
+from solforge.harness import EvalConfig, evaluate
 from solforge.problem.suite import open_problem
 
 FIXTURES = TEST_FIXTURES / "templates"

@@ -1,6 +1,7 @@
 """The evaluation harness: runs candidates in their own process, checks them, times them.
 
-    from solforge.harness import EvalConfig, evaluate, load_solution
+    from solforge.data import load_solution
+    from solforge.harness import EvalConfig, evaluate
     traces = evaluate(problem, load_solution("solution.json"), EvalConfig(device="cuda"))
 
 The driver (evaluate.py) is trusted and never runs candidate code; each candidate runs in a fresh
@@ -8,7 +9,8 @@ worker process (worker.py) that it leads through a fixed protocol (protocol.py) 
 authenticated channel (channel.py). The driver computes every reference itself (oracle.py),
 compares (compare.py), re-checks timed outputs (judge.py) and holds every time to the
 speed-of-light floor (sol.py). Guards in the worker (guards.py) catch monkey-patching, background
-threads and forks; timing.py measures. Results are FlashInfer-Trace records (trace.py).
+threads and forks; solforge.measure times. Results are FlashInfer-Trace records
+(solforge.data.trace). The formats are re-exported here for callers of the harness alone.
 """
 
 from solforge.data.solution import Solution, SolutionError, load_solution, parse_solution
