@@ -19,6 +19,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from solforge.errors import SolforgeError
+
 
 class Status(str, Enum):
     PASSED = "PASSED"
@@ -190,6 +192,24 @@ def append_traces(path: str | Path, traces: list[Trace]) -> None:
             out.write(trace_line(trace) + "\n")
 
 
+class TraceFormatError(SolforgeError):
+    """A trace file that cannot be read: `file:line: reason`."""
+
+
 def read_traces(path: str | Path) -> list[Trace]:
-    lines = Path(path).read_text().splitlines()
-    return [Trace.from_dict(json.loads(line)) for line in lines if line.strip()]
+    """The records of a FlashInfer-Trace JSONL file, each checked against the trace format: the
+    one reader of trace files (`solforge import-traces` and the tests alike)."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceFormatError(f"{path}: no such file")
+    traces = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            traces.append(Trace.from_dict(json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(f"{path}:{number}: invalid JSON: {exc.msg}") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise TraceFormatError(f"{path}:{number}: not a trace record: {exc!r}") from None
+    return traces

@@ -24,7 +24,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from solforge.data.trace import Trace
+from solforge.data.trace import TraceFormatError, read_traces
 from solforge.data.workload import Workload
 from solforge.errors import SolforgeError
 from solforge.problem.problem import Problem, load_problem
@@ -48,23 +48,6 @@ RowT = TypeVar("RowT", bound=Base)
 
 class StoreError(SolforgeError):
     """A database URL that cannot be opened, or a trace file that cannot be read."""
-
-
-def read_trace_records(path: Path) -> list[dict[str, Any]]:
-    """The trace records of a JSONL file, each checked against the trace format."""
-    if not path.is_file():
-        raise StoreError(f"{path}: no such file")
-    records = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(Trace.from_dict(json.loads(line)).to_dict())
-        except json.JSONDecodeError as exc:
-            raise StoreError(f"{path}:{number}: invalid JSON: {exc.msg}") from None
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise StoreError(f"{path}:{number}: not a trace record: {exc!r}") from None
-    return records
 
 
 def trace_device(evaluation: dict[str, Any]) -> str:
@@ -253,7 +236,10 @@ class Store:
         name), the stored solution of that name (else one known by name only), its workload's
         uuid, and the device and hardware its environment names. A trace already stored for the
         same (workload, solution, device, hardware) is replaced."""
-        records = read_trace_records(path)
+        try:
+            records = [trace.to_dict() for trace in read_traces(path)]
+        except TraceFormatError as exc:
+            raise StoreError(str(exc)) from None
         for record in records:
             evaluation = record["evaluation"]
             problem_id = self._problem_named(record["definition"])
