@@ -34,10 +34,10 @@ def test_a_bad_line_is_named(tmp_path, line, reason):
     append_traces(path, [_trace("a")])
     with path.open("a") as out:
         out.write(line + "\n")
-    with pytest.raises(TraceFormatError, match=rf"traces.jsonl:2: {reason}"):
+    with pytest.raises(TraceFormatError, match=rf"traces\.jsonl:2: {reason}"):
         read_traces(path)
 
 
 def test_a_missing_file_is_named(tmp_path):
-    with pytest.raises(TraceFormatError, match="missing.jsonl: no such file"):
+    with pytest.raises(TraceFormatError, match=r"missing\.jsonl: no such file"):
         read_traces(tmp_path / "missing.jsonl")
