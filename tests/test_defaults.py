@@ -3,6 +3,7 @@ device, the profile T_SOL is priced on, and the baseline."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -49,6 +50,14 @@ def test_cpu_defaults(no_gpu):
 def test_a_ray_run_defaults_to_the_gpu_without_one_here(no_gpu):
     run = resolve_run(remote=True)
     assert (run.device_type, run.baseline) == ("cuda", "best")
+
+
+def test_analyze_prices_on_the_profile_resolve_run_gives(no_gpu):
+    assert resolve_run().profile() == load_profile("H200")  # CPU mode: the H200
+    assert resolve_run(hardware="B200").profile() == load_profile("B200")
+    result = CliRunner().invoke(app, ["analyze", str(PROBLEM), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.splitlines()[0])["hardware"] == load_profile("H200").name
 
 
 def test_given_settings_are_kept(no_gpu):

@@ -8,7 +8,7 @@ priced on, and the baseline T_b.
 - Baseline: "best" (the faster of eager and torch.compile) on a GPU; "eager" on the CPU, whose
   timings are not scored and where torch.compile costs minutes per problem.
 
-bench, eval, optimize and the benchmark scripts all call `resolve_run`; the harness and the
+bench, eval, optimize, analyze and the benchmark scripts all call `resolve_run`; the harness and the
 runners call `resolve_device` and `resolve_profile` on the machine that does the work.
 """
 
@@ -33,6 +33,10 @@ class RunDefaults:
     device_type: str  # "cuda" or "cpu"
     hardware: str | None  # the named profile; None: the GPU the work runs on
     baseline: str  # eager | compile | best
+
+    def profile(self) -> HardwareProfile:
+        """The profile T_SOL is priced on when the work runs on this machine."""
+        return resolve_profile(self.hardware, resolve_device(self.device))
 
 
 def resolve_run(device: str | None = None, hardware: str | None = None,

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
-from solforge.hardware import load_profile
+from solforge.defaults import resolve_run
 from solforge.humanize import duration_ms, si
 from solforge.problem.suite import open_problem
 from solforge.solar import DEFAULT_FP32_POLICY, FP32_POLICIES, Analysis, analyze_workload
@@ -20,8 +20,9 @@ console = make_console()
 @app.command()
 def analyze(
     problem: str = typer.Argument(..., help="Problem folder or bundled tier/name."),
-    hardware: str = typer.Option("H200", help="Catalog GPU (H200, B200@1500MHz, ...) or a "
-                                              "profile JSON written by `solforge calibrate`."),
+    hardware: str = typer.Option(None, help="Catalog GPU (H200, B200@1500MHz, ...) or a "
+                                            "profile JSON written by `solforge calibrate` "
+                                            "(default: the GPU present, else H200)."),
     workload: str = typer.Option(None, help="Only this workload (uuid or a prefix of it)."),
     fp32_policy: str = typer.Option(DEFAULT_FP32_POLICY, help="How float32 products are priced: "
                                     + "; ".join(f"{k}: {v}" for k, v in FP32_POLICIES.items())),
@@ -30,7 +31,7 @@ def analyze(
 ) -> None:
     """FLOPs per unit, fused and unfused bytes, the binding bound and T_SOL for each workload."""
     loaded = open_problem(problem)
-    profile = load_profile(hardware)
+    profile = resolve_run(hardware=hardware).profile()
     workloads = [loaded.workload(workload)] if workload else list(loaded.workloads)
     results = [analyze_workload(loaded, w, profile, fp32_policy) for w in workloads]
     if as_json:
