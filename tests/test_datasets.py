@@ -121,7 +121,19 @@ def test_a_blob_outside_the_search_roots_is_reported(tmp_path):
     assert report.written == ()
     missing = [i for i in report.issues if "not found" in i.reason]
     assert len(missing) == 2  # both workloads, then the problem itself
-    assert issue_for(report, "no workload loads").field == "workloads"
+    assert issue_for(report, "none of its 2 workloads loads").field == "workloads"
+
+
+def test_a_folder_without_workloads_is_reported_precisely(tmp_path):
+    source = tmp_path / "src" / "l1" / "lonely"
+    source.mkdir(parents=True)
+    shutil.copy(SOL / "benchmark" / "L2" / "001_rmsnorm_gate_up_silu_h32_i48" / "definition.json",
+                source)
+    report = import_sol_execbench(tmp_path / "src", tmp_path / "out")
+    assert report.written == ()
+    issue = issue_for(report, "lonely")
+    assert issue.field == "workload.jsonl"
+    assert issue.reason.startswith("no such file beside definition.json")
 
 
 def test_referenced_blobs_stay_where_they_are(tmp_path):
