@@ -449,6 +449,11 @@ OP_FAMILIES = {
                               "torch.nn.functional.kl_div(x, t.softmax(-1), "
                               "reduction='batchmean') + "
                               "torch.nn.functional.elu(x) + torch.nn.functional.selu(x)",
+    "recurrent": "lstm = torch.nn.LSTM(16, 16, batch_first=True)\n"
+                 "    gru = torch.nn.GRU(16, 16, num_layers=2, bidirectional=True)\n"
+                 "    out, _ = lstm(x.view(2, 8, 16))\n"
+                 "    back, _ = gru(x.view(8, 2, 16))\n"
+                 "    y = x + out.sum() + back.sum()",
     "grouped_experts": "a = x.to(torch.bfloat16)\n"
                        "    b = a.view(1, 16, 16).expand(2, 16, 16).contiguous()\n"
                        "    offs = torch.tensor([8, 16], dtype=torch.int32)\n"
@@ -488,3 +493,25 @@ def test_sliding_window_mask_counts_only_the_kept_pairs(make_problem):
     result, _ = analyze(make_problem, spec, {"S": s})
     kept = sum(min(i + 1, window) for i in range(s))  # query i sees keys i-7 .. i
     assert result.flops["tensor.fp16"] == pytest.approx(2 * 2 * kept * (d + d))
+
+
+LSTM_REFERENCE = """import torch
+
+def run(x, w_ih, w_hh, b_ih, b_hh):
+    out, _, _ = torch.lstm(x, (x.new_zeros(1, 4, 32), x.new_zeros(1, 4, 32)),
+                           [w_ih, w_hh, b_ih, b_hh], True, 1, 0.0, False, False, True)
+    return out
+"""
+
+
+def test_lstm_layer_costs_its_gate_products(make_problem):
+    """T=10 steps, B=4, I=16, H=32: 2*T*B*4H*(I+H) tensor FLOPs (the input GEMM plus T
+    recurrent ones), not an uncosted op."""
+    spec = definition("lstm", {"B": None, "T": 10, "I": 16, "G": 128, "H": 32},
+                      {"x": [["B", "T", "I"], "float32"], "w_ih": [["G", "I"], "float32"],
+                       "w_hh": [["G", "H"], "float32"], "b_ih": [["G"], "float32"],
+                       "b_hh": [["G"], "float32"]},
+                      {"y": [["B", "T", "H"], "float32"]}, LSTM_REFERENCE)
+    result, _ = analyze(make_problem, spec, {"B": 4})
+    assert result.unknown_ops == ()
+    assert result.flops["tensor.fp32"] == 2 * 10 * 4 * 128 * (16 + 32)

@@ -242,6 +242,31 @@ def on_cuda_cores(x: TensorInfo, w: TensorInfo, groups: int, transposed: bool) -
     return min(in_per_group, out_per_group) == 1
 
 
+@rule("mkldnn_rnn_layer")
+def _rnn_layer(op: OpRecord) -> OpCost:
+    """One direction of one recurrent layer (LSTM: 4 gates, GRU: 3, plain RNN: 1) over T steps.
+
+    Per step and batch row, the gates are x_t W_ih^T + h_{t-1} W_hh^T with W_ih [G*H, I] and
+    W_hh [G*H, H]: 2*G*H*(I + H) FLOPs on the tensor cores (the input part as one [T*B, I] x
+    [I, G*H] GEMM, the recurrent part as T small [B, H] x [H, G*H] ones), then about 10 FLOPs
+    per hidden unit for the gate nonlinearities and the state update.
+    """
+    x, w_ih, w_hh = op.arg("input"), op.arg("weight0"), op.arg("weight1")
+    steps, batch = (x.shape[1], x.shape[0]) if op.arg("batch_first") else x.shape[:2]
+    gates, inputs, hidden = w_ih.shape[0], w_ih.shape[1], w_hh.shape[1]
+    input_part = _product(steps * batch, gates, inputs, 1, x, w_ih)
+    recurrent = _product(batch, gates, hidden, steps, x, w_hh)
+    pointwise = OpCost({_simt_unit(x): 10.0 * steps * batch * hidden})
+    return _merge(input_part, recurrent, pointwise, _move(op))
+
+
+@rule("_thnn_fused_lstm_cell", "_thnn_fused_gru_cell")
+def _rnn_cell_pointwise(op: OpRecord) -> OpCost:
+    """The gate nonlinearities and state update of one step (the GEMMs are separate ops)."""
+    gates = op.arg("input_gates")
+    return _move(op, {_simt_unit(gates): 3.0 * gates.numel})
+
+
 # ---- attention ---------------------------------------------------------------------------------
 
 def causal_pairs(q_len: int, kv_len: int) -> int:
@@ -527,4 +552,5 @@ FREE = {
     "sym_stride", "sym_numel", "sym_storage_offset", "_assert_async", "_assert_scalar",
     "_functional_assert_async", "record_stream", "_nested_tensor_from_mask_left_aligned",
     "is_same_size", "_has_same_storage_numel", "prim", "device",
+    "unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk",  # views without the view tag
 }
