@@ -11,6 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from solforge.cli import app
+from solforge.data.solution import load_solution, parse_solution
+from solforge.data.trace import Correctness, Environment, Evaluation, Performance, Status, Trace
 from solforge.problem import load_problem, make_inputs
 from solforge.problem.check import check_problem
 from solforge.problem.datasets import (
@@ -18,6 +20,17 @@ from solforge.problem.datasets import (
     import_flashinfer_trace,
     import_sol_execbench,
     tier_of_category,
+)
+from solforge.problem.suite import open_problem
+from solforge.problem.trace_set import (
+    SECTIONS,
+    TraceSet,
+    add_problem,
+    add_solution,
+    add_traces,
+    read_trace_set,
+    traces_of,
+    write_trace_set,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -31,6 +44,8 @@ SOL_PROBLEMS = {
     "fib/segment_sum_h16",
 }
 FIB_PROBLEMS = {"fib/rmsnorm_h64", "fib/segment_sum_h16"}
+SHIPPED_RMSNORM = (Path(__file__).parent.parent / "src" / "solforge" / "solutions" / "l1"
+                   / "rmsnorm_llama3_1_8b" / "triton_rmsnorm.json")
 SEGMENT_BLOB = ("blob/workloads/segment_sum/segment_sum_h16/"
                 "segment_sum_h16_92749eb1-247a-4a1e-a44c-c2e851aec653.safetensors")
 
@@ -121,7 +136,19 @@ def test_a_blob_outside_the_search_roots_is_reported(tmp_path):
     assert report.written == ()
     missing = [i for i in report.issues if "not found" in i.reason]
     assert len(missing) == 2  # both workloads, then the problem itself
-    assert issue_for(report, "no workload loads").field == "workloads"
+    assert issue_for(report, "none of its 2 workloads loads").field == "workloads"
+
+
+def test_a_folder_without_workloads_is_reported_precisely(tmp_path):
+    source = tmp_path / "src" / "l1" / "lonely"
+    source.mkdir(parents=True)
+    shutil.copy(SOL / "benchmark" / "L2" / "001_rmsnorm_gate_up_silu_h32_i48" / "definition.json",
+                source)
+    report = import_sol_execbench(tmp_path / "src", tmp_path / "out")
+    assert report.written == ()
+    issue = issue_for(report, "lonely")
+    assert issue.field == "workload.jsonl"
+    assert issue.reason.startswith("no such file beside definition.json")
 
 
 def test_referenced_blobs_stay_where_they_are(tmp_path):
@@ -234,3 +261,69 @@ def test_cli_imports_and_exits_nonzero_when_entries_were_skipped(tmp_path):
                                    "--tier", "l9"])
     assert bad_tier.exit_code == 2
 
+
+
+# ---- FlashInfer-Bench's dataset layout (trace sets) ------------------------------------------
+
+def _trace(status: str, **evaluation) -> Trace:
+    base = Evaluation(status=Status(status), environment=Environment("H200", {"torch": "2.11"}),
+                      timestamp="2026-12-01T00:00:00+00:00", **evaluation)
+    return Trace("rmsnorm_llama3_1_8b", "rmsnorm_triton", {"uuid": "w1", "axes": {},
+                                                          "inputs": {}}, base)
+
+
+def test_trace_set_is_read_and_written_unchanged(tmp_path):
+    original = read_trace_set(FIB)
+    written = write_trace_set(original, tmp_path / "copy")
+    again = read_trace_set(written)
+    assert again.files == original.files
+    assert sorted(original.files) == sorted(
+        p.relative_to(FIB).as_posix() for s in SECTIONS if (FIB / s).is_dir()
+        for p in (FIB / s).rglob("*.json*"))
+    assert "rmsnorm_h64" in again.definition_names()
+
+
+def _solforge_trace_set(root: Path) -> TraceSet:
+    problem = open_problem("l1/rmsnorm_llama3_1_8b")
+    solution = load_solution(SHIPPED_RMSNORM)
+    trace_set = TraceSet(root)
+    add_problem(trace_set, problem)
+    op_type = problem.definition.op_type
+    add_solution(trace_set, solution, op_type)
+    passed = _trace("PASSED", correctness=Correctness(), performance=Performance(0.02, 0.03, 1.5),
+                    build_seconds=0.0)
+    hacked = _trace("REWARD_HACK", evidence="replaced harness or timing functions")
+    add_traces(trace_set, [passed, hacked], op_type)
+    write_trace_set(trace_set)
+    return trace_set
+
+
+def test_solforge_records_round_trip_through_the_layout(tmp_path):
+    _solforge_trace_set(tmp_path)
+    back = read_trace_set(tmp_path)
+    assert back.definition_names() == ["rmsnorm_llama3_1_8b"]
+    assert len(back.records("workloads")) == len(open_problem("l1/rmsnorm_llama3_1_8b").workloads)
+    solution = back.records("solutions")[0]
+    assert solution["spec"]["language"] == "triton" and solution["spec"]["languages"] == ["triton"]
+    assert parse_solution(solution).name == load_solution(SHIPPED_RMSNORM).name
+    statuses = [t.evaluation.status for t in traces_of(back)]
+    assert statuses == [Status.PASSED, Status.REWARD_HACK]  # solforge's status restored
+    hacked = back.records("traces")[1]["evaluation"]
+    assert hacked["status"] == "RUNTIME_ERROR" and hacked["solforge_status"] == "REWARD_HACK"
+
+
+def test_what_solforge_writes_validates_against_flashinfer_bench(tmp_path):
+    """FlashInfer-Bench's own reader (its pydantic schema) loads the set solforge wrote."""
+    fib_data = pytest.importorskip(
+        "flashinfer_bench.data",
+        reason="flashinfer-bench is not in the dev extra (it pulls flashinfer-python and the "
+               "CUTLASS DSL libraries); `pip install --no-deps flashinfer-bench==0.1.2 "
+               "docstring_parser` runs this check")
+    _solforge_trace_set(tmp_path)
+    loaded = fib_data.TraceSet.from_path(str(tmp_path))
+    assert list(loaded.definitions) == ["rmsnorm_llama3_1_8b"]
+    assert [s.name for s in loaded.solutions["rmsnorm_llama3_1_8b"]] == [
+        load_solution(SHIPPED_RMSNORM).name]
+    assert [t.evaluation.status.value for t in loaded.traces["rmsnorm_llama3_1_8b"]] == [
+        "PASSED", "RUNTIME_ERROR"]
+    assert len(loaded.workloads["rmsnorm_llama3_1_8b"]) >= 4

@@ -25,7 +25,10 @@ IMPORTABLE = {
     "level1/95_CrossEntropyLoss",
     "level2/1_Conv2D_ReLU_BiasAdd",
     "level2/33_Gemm_BatchNorm_Tuple",
+    "level3/90_DropPathSchedule_item",
+    "level3/91_StatefulRNNCell",
 }
+OPTIONAL = Path(__file__).parent / "fixtures" / "kernelbench_optional"
 BROKEN = FIXTURES / "level1" / "99_Broken_data_dependent.py"
 
 
@@ -205,23 +208,54 @@ def test_import_error_names_the_failing_line(tmp_path):
         import_kernelbench_file(path, tmp_path / "out")
 
 
-def test_plain_tensor_attribute_is_rejected(tmp_path):
-    constructor = ("    def __init__(self):\n"
-                   "        super().__init__()\n"
-                   "        self.scale = torch.ones(2)\n\n")
-    source = MODEL.replace("    def forward", constructor + "    def forward")
-    source += "\ndef get_inputs():\n    return [torch.randn(2)]\n"
-    source += "\ndef get_init_inputs():\n    return []\n"
-    path = write_file(tmp_path, source)
-    with pytest.raises(ProblemError, match="tensor attribute 'scale' is neither a parameter"):
-        import_kernelbench_file(path, tmp_path / "out")
+def test_plain_tensor_attribute_becomes_an_input(imported):
+    """An RNN's `self.hidden` (a plain tensor, overwritten by each call) is handed to the kernel
+    as the input `hidden`; the reference equals the original model started from that state."""
+    problem = load_problem(imported / "level3/91_StatefulRNNCell")
+    assert problem.definition.inputs["hidden"].shape == ("batch_size", "hidden_size")
+    assert problem.workloads[0].inputs["hidden"].kind == "random"
+    inputs = make_inputs(problem, problem.workloads[0])
+    out = reference_run(problem.definition)(**inputs)
+    namespace = runpy.run_path(str(FIXTURES / "level3" / "91_StatefulRNNCell.py"))
+    model = namespace["Model"](*namespace["get_init_inputs"]())
+    model.load_state_dict({k.replace("_", ".", 1): v for k, v in inputs.items()
+                           if k not in ("x", "hidden")})
+    model.hidden = inputs["hidden"].clone()
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(inputs["x"]))
+    again = reference_run(problem.definition)(**inputs)  # no state leaks from call to call
+    torch.testing.assert_close(again, out)
+
+
+def test_constructor_reading_values_is_built_on_the_cpu(imported):
+    """`.item()` in the constructor cannot run on meta tensors: the model is built on the CPU
+    and moved to meta, in the importer and in the reference alike."""
+    problem = load_problem(imported / "level3/90_DropPathSchedule_item")
+    assert "blocks_3_weight" in problem.definition.inputs
+    assert check_problem(imported / "level3/90_DropPathSchedule_item").workloads == 1
+
+
+def test_einops_file_imports_where_einops_is_installed(tmp_path):
+    pytest.importorskip("einops", reason="einops is an optional dependency (kernelbench extra)")
+    folder = import_kernelbench_file(OPTIONAL / "level3" / "92_EinopsPatchify.py", tmp_path)
+    report = check_problem(folder)
+    assert report.outputs == {"output": (2, 16, 32)}
+
+
+def test_missing_optional_package_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "einops", None)  # `import einops` fails
+    with pytest.raises(ProblemError) as caught:
+        import_kernelbench_file(OPTIONAL / "level3" / "92_EinopsPatchify.py", tmp_path)
+    assert caught.value.field == "<import>"
+    assert "needs the Python package 'einops'" in caught.value.reason
+    assert "solforge[kernelbench]" in caught.value.reason
 
 
 def test_cli_imports_a_folder_and_reports_the_failure(tmp_path):
     result = CliRunner().invoke(app, ["import", "kernelbench", str(FIXTURES), "-o",
                                       str(tmp_path)])
     assert result.exit_code == 1
-    assert "6 of 7 files imported" in result.output
+    assert "8 of 9 files imported" in result.output
     assert "fails on meta tensors" in result.output
     assert (tmp_path / "level1" / "23_Softmax" / "definition.json").is_file()
 

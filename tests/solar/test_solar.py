@@ -371,7 +371,31 @@ def test_convolution_variants_match_torch_flop_counter(make_problem, name, call,
     result, _ = analyze(make_problem, spec, {"x0": x_shape[0]})
     with FlopCounterMode(display=False) as counter:
         namespace["run"](meta_x, meta_w)
-    assert result.tensor_core_flops == counter.get_total_flops()
+    assert sum(result.flops.values()) == counter.get_total_flops()
+    # one input and one output channel per group fits no tensor-core tile: CUDA cores
+    assert result.tensor_core_flops == (0 if name == "depthwise" else counter.get_total_flops())
+
+
+@pytest.mark.parametrize(("groups", "on_tensor_cores"), [(64, False), (8, True), (1, True)])
+def test_depthwise_convolution_is_priced_on_cuda_cores(make_problem, groups, on_tensor_cores):
+    """A compute-heavy depthwise conv (64 channels, 7x7 taps, bf16) gets the CUDA-core time, ~15x
+    the tensor-core one on an H200; grouped convs with 8 channels per group stay GEMMs."""
+    reference = ("import torch\ndef run(x, w):\n"
+                 f"    return torch.nn.functional.conv2d(x, w, padding=3, groups={groups})\n")
+    spec = definition("dw", {"N": None, "C": 64, "CG": 64 // groups, "HW": 256, "R": 7},
+                      {"x": [["N", "C", "HW", "HW"], "bfloat16"],
+                       "w": [["C", "CG", "R", "R"], "bfloat16"]},
+                      {"y": [["N", "C", "HW", "HW"], "bfloat16"]}, reference)
+    result, _ = analyze(make_problem, spec, {"N": 32})
+    macs = 32 * 64 * 256 * 256 * (64 // groups) * 49
+    assert sum(result.flops.values()) == 2 * macs
+    if on_tensor_cores:
+        assert result.flops.get("tensor.bf16") == 2 * macs
+    else:
+        assert result.tensor_core_flops == 0 and result.flops["simt.fp32"] == 2 * macs
+        assert result.bound == "compute" and result.binding_unit == "simt.fp32"
+        simt_ms = 2 * macs / H200.peak("simt.fp32") * 1e3
+        assert result.t_sol_ms == pytest.approx(simt_ms)
 
 
 OP_FAMILIES = {
@@ -406,6 +430,30 @@ OP_FAMILIES = {
                    "    y = torch._int_mm(q, q)[:16, :16].float()",
     "cross_entropy": "t = torch.argmax(x, -1)\n"
                      "    y = x + torch.nn.functional.cross_entropy(x, t)",
+    "pooling": "i = x.view(1, 4, 8, 8)\n"
+               "    a = torch.nn.functional.max_pool2d(i, 2, return_indices=True)[0]\n"
+               "    b = torch.nn.functional.avg_pool2d(i, 2) + "
+               "torch.nn.functional.max_pool2d(i, 2)\n"
+               "    c = torch.nn.functional.max_pool1d(x.view(1, 16, 16), 2)\n"
+               "    d = torch.nn.functional.avg_pool3d(i.view(1, 1, 4, 8, 8), 2)\n"
+               "    e = torch.nn.functional.adaptive_avg_pool2d(i, 1)\n"
+               "    y = x + (a + b).sum() + c.sum() + d.sum() + e.sum()",
+    "activations_and_losses": "t = x.flip(0)\n"
+                              "    y = torch.nn.functional.hardswish(x) + "
+                              "torch.nn.functional.hardsigmoid(x) + "
+                              "torch.nn.functional.hardtanh(x) + "
+                              "torch.nn.functional.leaky_relu(x) + "
+                              "torch.nn.functional.smooth_l1_loss(x, t) + "
+                              "torch.nn.functional.huber_loss(x, t) + "
+                              "torch.nn.functional.mse_loss(x, t) + "
+                              "torch.nn.functional.kl_div(x, t.softmax(-1), "
+                              "reduction='batchmean') + "
+                              "torch.nn.functional.elu(x) + torch.nn.functional.selu(x)",
+    "recurrent": "lstm = torch.nn.LSTM(16, 16, batch_first=True)\n"
+                 "    gru = torch.nn.GRU(16, 16, num_layers=2, bidirectional=True)\n"
+                 "    out, _ = lstm(x.view(2, 8, 16))\n"
+                 "    back, _ = gru(x.view(8, 2, 16))\n"
+                 "    y = x + out.sum() + back.sum()",
     "grouped_experts": "a = x.to(torch.bfloat16)\n"
                        "    b = a.view(1, 16, 16).expand(2, 16, 16).contiguous()\n"
                        "    offs = torch.tensor([8, 16], dtype=torch.int32)\n"
@@ -445,3 +493,25 @@ def test_sliding_window_mask_counts_only_the_kept_pairs(make_problem):
     result, _ = analyze(make_problem, spec, {"S": s})
     kept = sum(min(i + 1, window) for i in range(s))  # query i sees keys i-7 .. i
     assert result.flops["tensor.fp16"] == pytest.approx(2 * 2 * kept * (d + d))
+
+
+LSTM_REFERENCE = """import torch
+
+def run(x, w_ih, w_hh, b_ih, b_hh):
+    out, _, _ = torch.lstm(x, (x.new_zeros(1, 4, 32), x.new_zeros(1, 4, 32)),
+                           [w_ih, w_hh, b_ih, b_hh], True, 1, 0.0, False, False, True)
+    return out
+"""
+
+
+def test_lstm_layer_costs_its_gate_products(make_problem):
+    """T=10 steps, B=4, I=16, H=32: 2*T*B*4H*(I+H) tensor FLOPs (the input GEMM plus T
+    recurrent ones), not an uncosted op."""
+    spec = definition("lstm", {"B": None, "T": 10, "I": 16, "G": 128, "H": 32},
+                      {"x": [["B", "T", "I"], "float32"], "w_ih": [["G", "I"], "float32"],
+                       "w_hh": [["G", "H"], "float32"], "b_ih": [["G"], "float32"],
+                       "b_hh": [["G"], "float32"]},
+                      {"y": [["B", "T", "H"], "float32"]}, LSTM_REFERENCE)
+    result, _ = analyze(make_problem, spec, {"B": 4})
+    assert result.unknown_ops == ()
+    assert result.flops["tensor.fp32"] == 2 * 10 * 4 * 128 * (16 + 32)

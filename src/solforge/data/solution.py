@@ -21,13 +21,21 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from solforge.errors import SolforgeError
+from solforge.harness.languages import (
+    CPP_LANGUAGES,
+    LANGUAGES,
+    PYTHON,
+    PYTHON_LANGUAGES,
+    TORCH_BINDING,
+    TVM_FFI_BINDING,
+    TVM_FFI_EXPORT,
+    preload_modules,
+)
 
-PYTHON_LANGUAGES = ("pytorch", "python", "triton", "cute_dsl", "cutile", "cudnn_frontend")
-CPP_LANGUAGES = ("cuda_cpp", "cuda", "cpp", "c++", "cutlass", "cudnn", "cublas")
 CPP_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 # Python packages a language needs beyond torch; missing one is a COMPILE_ERROR, not a crash.
-LANGUAGE_PACKAGES = {"triton": "triton", "cute_dsl": "cutlass", "cutile": "cuda.tile",
-                     "cudnn_frontend": "cudnn"}
+LANGUAGE_PACKAGES = {lang.name: lang.package for lang in LANGUAGES.values()
+                     if lang.family == PYTHON and lang.package is not None}
 # Importing torch._dynamo re-binds a few torch functions (torch.manual_seed, ...). The worker
 # imports it before snapshotting them when a source may use torch.compile, so that re-binding is
 # not mistaken for the candidate's monkey-patching.
@@ -79,12 +87,28 @@ class Solution:
         return any(language in CPP_LANGUAGES for language in self.languages)
 
     @property
+    def binding(self) -> str:
+        """How a C++ solution meets Python: `spec.binding` when given (FlashInfer-Bench's field),
+        else TVM-FFI when a source exports through it, else a PyTorch extension."""
+        declared = self.spec_extra.get("binding")
+        if declared in (TORCH_BINDING, TVM_FFI_BINDING):
+            return declared
+        if self.is_cpp and any(TVM_FFI_EXPORT in s.content for s in self.sources):
+            return TVM_FFI_BINDING
+        return TORCH_BINDING
+
+    @property
+    def dependencies(self) -> tuple[str, ...]:
+        raw = self.spec_extra.get("dependencies")
+        return tuple(d for d in raw if isinstance(d, str)) if isinstance(raw, list) else ()
+
+    @property
     def entry_point(self) -> str:
         return f"{self.entry_file}::{self.entry_function}"
 
     def preload_modules(self) -> tuple[str, ...]:
         """Modules the worker imports before the guards' snapshot (see _DYNAMO_WORDS)."""
-        modules = [LANGUAGE_PACKAGES[lang] for lang in self.languages if lang == "triton"]
+        modules = list(preload_modules(self.languages, self.binding))
         if any(word in source.content for source in self.sources for word in _DYNAMO_WORDS):
             modules.append("torch._dynamo")
         return tuple(modules)

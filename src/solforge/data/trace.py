@@ -7,7 +7,8 @@ PASSED), so files written here load in those tools. solforge's additions sit bes
 fields of `evaluation` under names no standard field uses: `t_sol_ms`, `sol_floor_ms`,
 `sol_bound`, `sol_hardware`, `sol_score`, `timing` (method, device, median/min/max/spread,
 clocks), `baseline` (eager and torch.compile latencies, which one is T_b), `evidence` (what a
-REWARD_HACK verdict rests on) and `notes`. Readers of the standard schema ignore them.
+REWARD_HACK verdict rests on), `notes` and `build_seconds`. Readers of the standard schema
+ignore them.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class Evaluation:
     baseline: BaselineReport | None = None
     evidence: str | None = None
     notes: tuple[str, ...] = ()  # why a score is missing, and the like
+    build_seconds: float | None = None  # the compile step (0 when the build was cached)
 
     def __post_init__(self) -> None:
         keeps_correctness = self.status in (Status.PASSED, Status.INCORRECT_NUMERICAL)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -114,6 +115,7 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig = EvalConf
     for workload in run.workloads:
         evaluation = run.evaluation(results[workload.uuid], sols[workload.uuid],
                                     baselines.get(workload.uuid), candidate.log)
+        evaluation = replace(evaluation, build_seconds=run.build_seconds)
         report(f"{workload.uuid[:8]} {evaluation.status.value}")
         traces.append(Trace(problem.name, solution.name, workload.to_dict(), evaluation))
     return traces
@@ -160,6 +162,7 @@ class EvaluationRun:
         self.profile = resolve_profile(config.hardware, self.device)
         self.environment: Environment = environment(self.device)
         self.cache_dir = config.cache_dir or default_cache_dir()
+        self.build_seconds: float | None = None  # set by candidate()
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.timing_method = "cpu" if self.device.type == "cpu" else config.timing
         self.supervisor = Supervisor(problem.root, self.device,
@@ -167,10 +170,13 @@ class EvaluationRun:
                                      config.limits, config.max_restarts, self.cache_dir)
 
     def candidate(self, solution: Solution, report: Progress) -> RoleRun:
+        started = time.perf_counter()
         try:
             build = build_solution(solution, self.cache_dir / "builds", self.device.type,
                                    self.config.compile_timeout_s)
+            self.build_seconds = 0.0 if build.cached else build.seconds
         except BuildFailure as failure:
+            self.build_seconds = time.perf_counter() - started
             results = {w.uuid: WorkloadResult(w.uuid, failure.status, failure.message)
                        for w in self.workloads}
             return RoleRun(results, "")

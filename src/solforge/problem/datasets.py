@@ -268,7 +268,12 @@ def _scan_folders(root: Path, blob_roots: tuple[Path, ...],
         if isinstance(definition, dict) and "reference" not in definition and reference.is_file():
             definition["reference"] = reference.read_text()
         workload_file = next((folder / n for n in WORKLOAD_FILES if (folder / n).is_file()), None)
-        lines, bad = _jsonl_objects(workload_file) if workload_file else ([], [])
+        if workload_file is None:
+            issues.append(ImportIssue(str(folder), WORKLOAD_FILES[0],
+                                      f"no such file beside {DEFINITION_FILE} (a problem needs "
+                                      f"its workloads, one JSON object a line): not imported"))
+            continue
+        lines, bad = _jsonl_objects(workload_file)
         issues.extend(bad)
         items = tuple(SourceWorkload(d, str(workload_file), n) for n, d in lines)
         problems.append(SourceProblem(definition, items, str(folder / DEFINITION_FILE),
@@ -329,7 +334,9 @@ def write_problem(source: SourceProblem, out_dir: Path, copy_blobs: bool = True,
                                   f"{definition.name!r} was already imported into {folder}")]
     workloads, blobs, issues = _placed_workloads(source, definition, folder, copy_blobs)
     if not workloads:
-        issues.append(ImportIssue(source.file, "workloads", "no workload loads: not imported"))
+        reason = (f"none of its {len(source.workloads)} workloads loads: not imported"
+                  if source.workloads else "its workload file holds no workloads: not imported")
+        issues.append(ImportIssue(source.file, "workloads", reason))
         return None, issues
     folder.mkdir(parents=True, exist_ok=True)
     (folder / DEFINITION_FILE).write_text(json.dumps(definition.to_dict(), indent=2) + "\n")

@@ -50,6 +50,8 @@ FORWARD_INPUTS_ENTRYPOINT = "solforge_forward_inputs"
 MODEL_GLOBAL = "_SOLFORGE_MODEL"
 _LEVEL_FOLDER = re.compile(r"^level\d+$")
 _SCALAR_DTYPES = {bool: "bool", int: "int64", float: "float32"}
+# Packages some KernelBench files import, and the solforge extra that installs each.
+_OPTIONAL_EXTRAS = {"einops": "kernelbench", "transformers": "kernelbench"}
 
 # Input name -> (state-dict name, meta tensor), for the model's parameters and buffers.
 StateTensors = dict[str, tuple[str, torch.Tensor]]
@@ -136,9 +138,8 @@ def _probe(path: Path) -> _Probe:
     validate_args = torch.distributions.Distribution._validate_args
     torch.distributions.Distribution.set_default_validate_args(False)
     try:
+        model = _build_model(module, path)
         with torch.device("meta"):
-            init_args = _call(module.get_init_inputs, path, "get_init_inputs")
-            model = _call(lambda: module.Model(*init_args), path, "Model")
             forward_args = _call(module.get_inputs, path, "get_inputs")
     finally:
         torch.distributions.Distribution.set_default_validate_args(validate_args)
@@ -146,6 +147,39 @@ def _probe(path: Path) -> _Probe:
         raise ProblemError(path, "get_inputs",
                            f"returned {type(forward_args).__name__}, not a list")
     return _Probe(module, model, list(forward_args))
+
+
+def _build_model(module: types.ModuleType, path: Path) -> nn.Module:
+    """The model on the meta device, its plain tensor attributes made buffers.
+
+    A constructor that reads values (`.item()` on a linspace, as Swin's drop-path schedule does)
+    cannot run on meta tensors; it is built on the CPU instead and then moved to meta.
+    """
+    try:
+        with torch.device("meta"):
+            init_args = module.get_init_inputs()
+            return tensor_attributes_as_buffers(module.Model(*init_args))
+    except Exception as exc:
+        on_meta = describe_exception(exc, str(path))
+    init_args = _call(module.get_init_inputs, path, "get_init_inputs", "on the CPU")
+    try:
+        model = module.Model(*init_args)
+    except Exception as exc:
+        reason = (f"raised on the meta device ({on_meta}) and on the CPU: "
+                  f"{describe_exception(exc, str(path))}")
+        raise ProblemError(path, "Model", reason) from None
+    return tensor_attributes_as_buffers(model).to("meta")
+
+
+def tensor_attributes_as_buffers(model: nn.Module) -> nn.Module:
+    """Register every tensor kept as a plain attribute (an RNN's `self.hidden`) as a buffer, so
+    it becomes an input a kernel receives instead of state it cannot see."""
+    for submodule in model.modules():
+        for attribute, value in list(vars(submodule).items()):
+            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                delattr(submodule, attribute)
+                submodule.register_buffer(attribute, value)
+    return model
 
 
 def _load_file(path: Path) -> types.ModuleType:
@@ -157,17 +191,22 @@ def _load_file(path: Path) -> types.ModuleType:
     module.__file__ = str(path)
     try:
         exec(compile(source, str(path), "exec"), module.__dict__)
+    except ModuleNotFoundError as exc:
+        extra = _OPTIONAL_EXTRAS.get((exc.name or "").split(".")[0])
+        hint = f" (pip install 'solforge[{extra}]')" if extra else ""
+        reason = f"needs the Python package {exc.name!r}, which is not installed{hint}"
+        raise ProblemError(path, "<import>", reason) from None
     except Exception as exc:
         reason = f"raised while importing: {describe_exception(exc, str(path))}"
         raise ProblemError(path, "<import>", reason) from None
     return module
 
 
-def _call(function, path: Path, what: str) -> Any:
+def _call(function, path: Path, what: str, where: str = "on the meta device") -> Any:
     try:
         return function()
     except Exception as exc:
-        reason = f"raised on the meta device: {describe_exception(exc, str(path))}"
+        reason = f"raised {where}: {describe_exception(exc, str(path))}"
         raise ProblemError(path, what, reason) from None
 
 
@@ -189,7 +228,6 @@ def _forward_names(model_class: type, count: int, path: Path) -> list[str]:
 def _state_tensors(model: nn.Module, taken: set[str],
                    path: Path) -> StateTensors:
     """Every parameter and buffer, under the input name a kernel receives it by."""
-    _reject_plain_tensor_attributes(model, path)
     named = [*model.named_parameters(), *model.named_buffers()]
     state: StateTensors = {}
     for qualified, tensor in named:
@@ -201,17 +239,6 @@ def _state_tensors(model: nn.Module, taken: set[str],
                                               f"{input_name!r}, a name already taken")
         state[input_name] = (qualified, tensor.detach())
     return state
-
-
-def _reject_plain_tensor_attributes(model: nn.Module, path: Path) -> None:
-    """A tensor kept as a plain attribute cannot be handed to a kernel (nor moved off meta)."""
-    for module_name, submodule in model.named_modules():
-        for attribute, value in vars(submodule).items():
-            if isinstance(value, torch.Tensor):
-                where = f"{module_name}.{attribute}" if module_name else attribute
-                raise ProblemError(path, "Model", f"tensor attribute {where!r} is neither a "
-                                                  "parameter nor a buffer; register it with "
-                                                  "nn.Parameter or register_buffer")
 
 
 def _forward_values(probe: _Probe, path: Path) -> dict[str, Any]:
@@ -257,8 +284,23 @@ def _reference_source(path: Path, forward_names: list[str], tensor_args: list[st
         f"{path.read_text().rstrip()}\n\n\n"
         "# ---- Added by `solforge import kernelbench`: the FlashInfer-Trace entry points. ----\n"
         "import torch\n\n"
-        'with torch.device("meta"):\n'
-        f"    {MODEL_GLOBAL} = Model(*get_init_inputs())\n\n\n"
+        "def _solforge_tensor_attributes_as_buffers(model):\n"
+        "    for submodule in model.modules():\n"
+        "        for attribute, value in list(vars(submodule).items()):\n"
+        "            if isinstance(value, torch.Tensor) and "
+        "not isinstance(value, torch.nn.Parameter):\n"
+        "                delattr(submodule, attribute)\n"
+        "                submodule.register_buffer(attribute, value)\n"
+        "    return model\n\n\n"
+        "def _solforge_model():\n"
+        '    """Built on the meta device; on the CPU when the constructor reads values."""\n'
+        "    try:\n"
+        '        with torch.device("meta"):\n'
+        "            return _solforge_tensor_attributes_as_buffers(Model(*get_init_inputs()))\n"
+        "    except Exception:\n"
+        "        model = _solforge_tensor_attributes_as_buffers(Model(*get_init_inputs()))\n"
+        '        return model.to("meta")\n\n\n'
+        f"{MODEL_GLOBAL} = _solforge_model()\n\n\n"
         f"def {FORWARD_INPUTS_ENTRYPOINT}(axes, device):\n"
         '    """The forward tensors from get_inputs(), which knows their value ranges."""\n'
         "    with torch.device(device):\n"

@@ -14,6 +14,7 @@ An op with no rule is reported by name (`unknown`), never counted as free.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -221,10 +222,49 @@ def _convolution(op: OpRecord) -> OpCost:
         macs = out.numel * w.shape[1] * kernel
         gemm_shape = (out.numel // out.shape[1], w.shape[0] // groups, w.shape[1] * kernel)
     bias = OpCost({SIMT_FP32: float(out.numel)}) if op.arg("bias") is not None else OpCost()
+    if on_cuda_cores(x, w, groups, bool(op.arg("transposed", False))):
+        return _merge(OpCost({_simt_unit(out): 2.0 * macs}), bias, _move(op))
     element = max(x.dtype.itemsize, w.dtype.itemsize)
     gemm = OpCost({product_unit(x, w): 2.0 * macs},
                   products=(Product(*gemm_shape, element, groups),))
     return _merge(gemm, bias, _move(op))
+
+
+def on_cuda_cores(x: TensorInfo, w: TensorInfo, groups: int, transposed: bool) -> bool:
+    """A grouped convolution with one input or one output channel per group (depthwise,
+    causal-conv1d) is, per group, a matrix-vector product over a few taps: it fits no
+    tensor-core instruction (whose smallest tile needs 8 columns), and real kernels (cuDNN's
+    depthwise paths, causal-conv1d) run it on the CUDA cores. So it is priced there."""
+    if groups <= 1:
+        return False
+    in_per_group = w.shape[0] // groups if transposed else w.shape[1]
+    out_per_group = w.shape[1] if transposed else w.shape[0] // groups
+    return min(in_per_group, out_per_group) == 1
+
+
+@rule("mkldnn_rnn_layer")
+def _rnn_layer(op: OpRecord) -> OpCost:
+    """One direction of one recurrent layer (LSTM: 4 gates, GRU: 3, plain RNN: 1) over T steps.
+
+    Per step and batch row, the gates are x_t W_ih^T + h_{t-1} W_hh^T with W_ih [G*H, I] and
+    W_hh [G*H, H]: 2*G*H*(I + H) FLOPs on the tensor cores (the input part as one [T*B, I] x
+    [I, G*H] GEMM, the recurrent part as T small [B, H] x [H, G*H] ones), then about 10 FLOPs
+    per hidden unit for the gate nonlinearities and the state update.
+    """
+    x, w_ih, w_hh = op.arg("input"), op.arg("weight0"), op.arg("weight1")
+    steps, batch = (x.shape[1], x.shape[0]) if op.arg("batch_first") else x.shape[:2]
+    gates, inputs, hidden = w_ih.shape[0], w_ih.shape[1], w_hh.shape[1]
+    input_part = _product(steps * batch, gates, inputs, 1, x, w_ih)
+    recurrent = _product(batch, gates, hidden, steps, x, w_hh)
+    pointwise = OpCost({_simt_unit(x): 10.0 * steps * batch * hidden})
+    return _merge(input_part, recurrent, pointwise, _move(op))
+
+
+@rule("_thnn_fused_lstm_cell", "_thnn_fused_gru_cell")
+def _rnn_cell_pointwise(op: OpRecord) -> OpCost:
+    """The gate nonlinearities and state update of one step (the GEMMs are separate ops)."""
+    gates = op.arg("input_gates")
+    return _move(op, {_simt_unit(gates): 3.0 * gates.numel})
 
 
 # ---- attention ---------------------------------------------------------------------------------
@@ -382,6 +422,65 @@ def _reductions(op: OpRecord) -> OpCost:
     return _reduction(op)
 
 
+# ---- pooling, activations and losses that carry no pointwise/reduction tag ----------------------
+
+@rule("max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices",
+      "max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool1d", "avg_pool2d",
+      "avg_pool3d", "lp_pool1d", "lp_pool2d", "lp_pool3d", "quantized_max_pool2d")
+def _pool(op: OpRecord) -> OpCost:
+    """A window of prod(kernel_size) taps per output element: one compare (max) or add (avg,
+    plus the divide) per tap; the input is read once, outputs (and indices) written once."""
+    out = op.outputs[0]
+    dims = int(re.search(r"(\d)d", op.packet).group(1))
+    kernel = op.arg("kernel_size")
+    sizes = list(kernel) if isinstance(kernel, (list, tuple)) else [int(kernel)]
+    taps = sizes[0] ** dims if len(sizes) == 1 else math.prod(sizes)  # one size: every dim
+    return _move(op, {_simt_unit(out): float(out.numel * (taps + 1))})
+
+
+@rule("adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+      "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_avg_pool1d",
+      "adaptive_avg_pool2d", "adaptive_avg_pool3d", "_adaptive_avg_pool1d")
+def _adaptive_pool(op: OpRecord) -> OpCost:
+    """Windows tile the input: about one FLOP per input element, one per output element."""
+    source, out = op.arg("self"), op.outputs[0]
+    return _move(op, {_simt_unit(out): float(source.numel + out.numel)})
+
+
+# FLOPs per element of activations and losses (pointwise work before any reduction).
+ELEMENTWISE_FLOPS = {
+    "hardswish": 4, "hardsigmoid": 3, "hardtanh": 2, "relu6": 2, "leaky_relu": 2, "elu": 3,
+    "selu": 4, "celu": 4, "softsign": 3, "softshrink": 3, "hardshrink": 2, "tanhshrink": 5,
+    "threshold": 1, "log_sigmoid_forward": 6, "log_sigmoid": 6, "_prelu_kernel": 2, "prelu": 2,
+    "rrelu_with_noise": 3, "glu": 5,
+    "native_dropout": 2, "dropout": 2, "smooth_l1_loss": 4, "huber_loss": 4, "mse_loss": 3,
+    "l1_loss": 3, "soft_margin_loss": 5, "binary_cross_entropy": 6,
+    "binary_cross_entropy_with_logits": 8, "kl_div": 4, "hinge_embedding_loss": 3,
+    "margin_ranking_loss": 4, "multilabel_margin_loss_forward": 4, "multi_margin_loss": 4,
+    "poisson_nll_loss": 4, "sign": 1, "sgn": 1, "heaviside": 1, "clamp_min": 1, "clamp_max": 1,
+    "logical_not": 1, "bitwise_not": 1, "frac": 2, "nan_to_num": 2, "xlogy": 3,
+}
+
+
+@rule(*ELEMENTWISE_FLOPS)
+def _elementwise(op: OpRecord) -> OpCost:
+    """Weighted by the larger of the biggest input and the output (a loss reduces afterwards)."""
+    tensors = [*_inputs(op), *op.outputs]
+    if not tensors:
+        return OpCost()
+    widest = max(tensors, key=lambda t: t.numel)
+    return _move(op, {_simt_unit(widest): float(ELEMENTWISE_FLOPS[op.packet] * widest.numel)})
+
+
+@rule("_cdist_forward", "cdist", "_euclidean_dist")
+def _cdist(op: OpRecord) -> OpCost:
+    """Pairwise distances of [B, P, M] and [B, R, M]: 3 FLOPs (subtract, square, add) per
+    (p, r, m) on the CUDA cores, plus a root per pair."""
+    x1 = _inputs(op)[0]
+    out = op.outputs[0]
+    return _move(op, {_simt_unit(out): float(3 * out.numel * x1.shape[-1] + out.numel)})
+
+
 # ---- gathers and scatters: only the touched rows move --------------------------------------------
 
 @rule("embedding", "index_select", "index", "gather", "take", "_embedding_bag",
@@ -453,4 +552,5 @@ FREE = {
     "sym_stride", "sym_numel", "sym_storage_offset", "_assert_async", "_assert_scalar",
     "_functional_assert_async", "record_stream", "_nested_tensor_from_mask_left_aligned",
     "is_same_size", "_has_same_storage_numel", "prim", "device",
+    "unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk",  # views without the view tag
 }
