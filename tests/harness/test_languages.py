@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from helpers import TESTS
 
+from solforge.data import languages
 from solforge.data.solution import load_solution, parse_solution
 from solforge.data.trace import Status
-from solforge.harness import languages
 from solforge.harness.build import BuildFailure, build_solution
 from solforge.harness.compile_flags import refused_flag
 
-TESTS = Path(__file__).resolve().parent
 EXPLOIT = TESTS / "exploits" / "build_flag_shell" / "solution.json"
 TVM_FFI_RMSNORM = TESTS / "fixtures" / "languages" / "tvm_ffi_rmsnorm" / "solution.json"
 CPP_RMSNORM = TESTS / "fixtures" / "harness" / "honest" / "cpp_rmsnorm" / "solution.json"

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from solforge.errors import SolforgeError
-from solforge.harness.languages import (
+from solforge.data.languages import (
     CPP_LANGUAGES,
     LANGUAGES,
     PYTHON,
@@ -31,6 +30,7 @@ from solforge.harness.languages import (
     TVM_FFI_EXPORT,
     preload_modules,
 )
+from solforge.errors import SolforgeError
 
 CPP_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 # Python packages a language needs beyond torch; missing one is a COMPILE_ERROR, not a crash.

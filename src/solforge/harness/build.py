@@ -36,9 +36,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from solforge.data import languages
 from solforge.data.solution import CPP_SUFFIXES, Solution
 from solforge.data.trace import Status
-from solforge.harness import languages
 from solforge.harness.compile_flags import refused_flag
 from solforge.harness.process import describe_exit, python_command, python_env, run_captured
 
