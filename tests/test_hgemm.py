@@ -420,20 +420,68 @@ def test_matmul_falls_back_to_torch_on_the_cpu_and_for_other_inputs():
     assert dispatch.matmul(batched, torch.randn(16, 4)).shape == (2, 8, 4)
 
 
-def test_the_dispatcher_follows_the_table_and_never_runs_what_cannot_run_here():
-    win, lose = Shape(64, 64, 64), Shape(128, 128, 128)
+def test_the_dispatcher_follows_the_table_per_mode_and_never_runs_what_cannot_run_here():
+    win, lose, graph_only = Shape(64, 64, 64), Shape(128, 128, 128), Shape(32, 64, 64)
     cuda_only = Shape(256, 256, 256)
     config = dot("tiled", 64, 64, 64)
     table = Table()
     table.add(TableEntry(win, config, True, {}))
     table.add(TableEntry(lose, config, False, {}))
+    table.add(TableEntry(graph_only, config, False, {}, use_in_graph=True))
     table.add(TableEntry(cuda_only, Config.of("wgmma", BLOCK_M=128, BLOCK_N=128), True, {}))
     dispatcher = dispatch.Dispatcher(table)
     cpu = torch.device("cpu")
-    assert dispatcher.choose_shape(win, cpu) == config
-    assert dispatcher.choose_shape(lose, cpu) is None
-    assert dispatcher.choose_shape(cuda_only, cpu) is None  # the CUDA kernel needs the GPU
-    assert dispatcher.choose_shape(Shape(512, 512, 512), cpu) is None  # unseen, no retrieval
+    assert dispatcher.choose_shape(win, cpu) == (config, config)
+    assert dispatcher.choose_shape(lose, cpu) == (None, None)
+    assert dispatcher.choose_shape(graph_only, cpu) == (None, config)
+    assert dispatcher.choose_shape(cuda_only, cpu) == (None, None)  # the CUDA kernel needs a GPU
+    assert dispatcher.choose_shape(Shape(512, 512, 512), cpu) == (None, None)  # no retrieval
+
+
+@pytest.fixture
+def routed(monkeypatch):
+    """A dispatcher whose table sends 32x64x64 to a kernel in graphs only, with CPU tensors
+    treated as dispatchable (shape_of ignores the device) and the capture flag under control."""
+    shape, config = Shape(32, 64, 64), dot("tiled", 32, 64, 64)
+    table = Table()
+    table.add(TableEntry(shape, config, False, {}, use_in_graph=True))
+    capturing = {"now": False}
+
+    def any_device(a, b, accumulate="fp32"):
+        if a.dtype != torch.float16 or layout_of(b) != "nn":
+            return None
+        return Shape(a.shape[0], b.shape[1], a.shape[1])
+
+    monkeypatch.setattr(dispatch, "shape_of", any_device)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing["now"])
+    active = dispatch.use_table(table, retrieval=False)
+    return active, config, capturing
+
+
+def test_route_decides_once_per_signature_and_follows_the_capture_flag(routed):
+    active, config, capturing = routed
+    a, b = torch.randn(32, 64, dtype=torch.float16), torch.randn(64, 64, dtype=torch.float16)
+    for _ in range(50):
+        assert active.route(a, b) is None  # eager: torch.matmul
+    capturing["now"] = True
+    assert active.route(a, b) == config  # captured in a graph: the kernel
+    assert active.decisions == 1  # worked out once, then served from the cache
+    odd = torch.randn(32 * 64 + 1, dtype=torch.float16)[1:].view(32, 64)
+    assert odd.data_ptr() % dispatch.ALIGNMENT and active.route(odd, b) is None
+    out = torch.empty(32, 64, dtype=torch.float16)
+    assert dispatch.matmul(a, b, out=out) is out  # the kernel (interpreter) writes into out
+    assert relative_error(out, a.float() @ b.float()) <= tolerance(Shape(32, 64, 64))
+    capturing["now"] = False
+    assert torch.equal(dispatch.matmul(a, b), torch.matmul(a, b))
+
+
+def test_the_dispatchers_host_overhead_is_measured_and_small_on_the_cpu_path():
+    dispatch.use_table(Table(), retrieval=False)
+    a, b = torch.randn(4, 8, dtype=torch.float16), torch.randn(8, 4, dtype=torch.float16)
+    cost = dispatch.host_overhead(a, b, calls=300)
+    assert 0 < cost.route_us < 25  # a tuple, a dict lookup: microseconds even on a busy core
+    assert cost.extra_us < 25 and cost.to_json()["calls"] == 300
+    assert dispatch.active().decisions == 1
 
 
 def test_the_operator_works_under_torch_compile_through_its_fake():

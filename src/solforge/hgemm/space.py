@@ -37,6 +37,7 @@ from solforge.forge.templates.resources import (
     threads_reason,
     tile_words,
 )
+from solforge.hardware.load import load_profile
 
 GRID_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)  # CUDA-L2's M, N, K
 DECODE_M = (1, 2, 4, 8, 16, 32)
@@ -73,11 +74,12 @@ PROJECTIONS = (
     Projection("l1/gemm_bias_gelu_whisper_large_v3_fc1", 5120, 1280, "float16"),
 )
 
-# H200 SXM figures for the pruning model (anchors.md 5; the datasheet's dense fp16/bf16
-# tensor-core rate and HBM3e bandwidth). Launchers read the SM count off the device.
-SM_COUNT = 132
-TENSOR_PEAK_FLOPS = 989.4e12
-DRAM_BYTES_PER_S = 4.8e12
+# H200 SXM figures for the pruning model, from the hardware catalog's datasheet (dense fp16 /
+# bf16 tensor-core rate, HBM3e bandwidth). Launchers read the SM count off the device.
+_H200 = load_profile("H200")
+SM_COUNT = _H200.sm_count
+TENSOR_PEAK_FLOPS = _H200.peak("tensor.fp16")
+DRAM_BYTES_PER_S = _H200.dram_bytes_per_s
 LAUNCH_GAP_S = 2e-6  # a second launch inside a graph (split-K sums, stream-K fix-up)
 WORKSPACE_LIMIT_BYTES = 256 * 2**20  # float32 partials of split-K and GEMV
 
