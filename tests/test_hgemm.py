@@ -21,13 +21,20 @@ from conftest import requires_gpu
 
 from solforge.harness.timing import Timing, summarize
 from solforge.hgemm import dispatch, kernels
-from solforge.hgemm.baselines import NVMATH_MISSING
-from solforge.hgemm.bench import BenchRow, markdown, speedups
+from solforge.hgemm.baselines import NVMATH_MISSING, Baseline, make_baselines, release
+from solforge.hgemm.bench import BenchRow, BenchSettings, load_rows, markdown, speedups
 from solforge.hgemm.bench import summarize as summarize_bench
 from solforge.hgemm.budget import run_budgeted
 from solforge.hgemm.kernels import wgmma
 from solforge.hgemm.measure import Operands, random_operands, relative_error
 from solforge.hgemm.retrieve import Choice, Retriever, log_distance, nearest, verify
+from solforge.hgemm.roofline import (
+    candidates_for,
+    floor_seconds,
+    headroom,
+    plan_order,
+    roof_for,
+)
 from solforge.hgemm.space import (
     DECODE_M,
     PROJECTIONS,
@@ -50,7 +57,7 @@ from solforge.hgemm.table import (
     append_entry,
     load_table,
 )
-from solforge.hgemm.tune import TuneSettings, progress_path, tune
+from solforge.hgemm.tune import TuneSettings, mode_choices, progress_path, tune
 from solforge.problem.suite import open_problem
 
 REPO = Path(__file__).resolve().parent.parent
@@ -623,20 +630,143 @@ def test_tune_and_bench_end_to_end_on_the_gpu(tmp_path):
     assert all(r.time("dispatch", "server", "graph") for r in rows)
 
 
-def test_the_gpu_scripts_pass_tunes_benchmarks_resumes_and_reports(tmp_path):
+def load_script():
     spec = importlib.util.spec_from_file_location("hgemm_gpu", REPO / "benchmarks" /
                                                   "hgemm_gpu.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+FAST_BENCH = BenchSettings(rounds=2, modes=("offline", "server"), server_gap_ms=0.0)
+
+
+def test_the_gpu_scripts_pass_tunes_benchmarks_resumes_and_reports(tmp_path):
+    script = load_script()
     run = script.Run(tmp_path)
     shapes = TINY[:3]
-    fast = script.BenchSettings(rounds=2, modes=("offline", "server"), server_gap_ms=0.0)
-    script.run_pass(run, shapes[:2], 1e9, FakeMeasurer(), 4, QUICK, fast)
-    script.run_pass(run, shapes, 1e9, FakeMeasurer(), 4, QUICK, fast)
+    script.run_pass(run, shapes[:2], 1e9, FakeMeasurer(), 4, QUICK, FAST_BENCH)
+    script.run_pass(run, shapes, 1e9, FakeMeasurer(), 4, QUICK, FAST_BENCH)
     assert len(load_table(run.table)) == 3
     rows = [json.loads(line) for line in run.rows.read_text().splitlines()]
-    assert [r["key"] for r in rows] == [s.key for s in shapes]  # each shape once, in order
+    assert sorted(r["key"] for r in rows) == sorted(s.key for s in shapes)  # each shape once
+    probes = [json.loads(line)["key"] for line in run.probes.read_text().splitlines()]
+    assert sorted(probes) == sorted(s.key for s in shapes)  # each probed once, then kept
     script.write_report(run)
     summary = json.loads(run.summary.with_suffix(".json").read_text())
     assert summary["shapes"] == 3
     assert summary["dispatch_speedup"]["torch"]["server"]["graph"]["shapes"] == 3
+    assert summary["goal"]["slower_beyond_noise"]["server"]["graph"] == 0
+
+
+def test_the_pass_spends_its_tuning_share_then_benchmarks_untuned_shapes(tmp_path):
+    script = load_script()
+    run = script.Run(tmp_path)
+    run.elapsed = lambda: 0.0
+    script.REPORT_RESERVE_S = 0.0
+    # a clock that moves one second a reading: each shape takes about its estimate (~1 s), so
+    # a tuning share of 3 s holds one shape, and the 10 s left then benchmark the rest
+    script.run_pass(run, TINY, 10.0, FakeMeasurer(), 4, QUICK, FAST_BENCH, tune_share=0.3,
+                    clock=FakeClock(1.0))
+    table, rows = load_table(run.table), load_rows(run.rows)
+    assert len(table) == 1  # the tuning share ran out
+    assert len(rows) == len(TINY)  # the rest benchmarked untuned, through torch.matmul
+    assert all(r.choice == "torch.matmul" for r in rows if table.get(r.shape) is None)
+
+
+class ExplodingError(Exception):
+    """Stands for cuda.core's CUDAError: not a RuntimeError."""
+
+
+class ExplodingPlan:
+    def execute(self) -> None:
+        return None
+
+    def free(self) -> None:
+        raise ExplodingError("CUDA_ERROR_INVALID_VALUE")
+
+
+def test_a_baseline_that_fails_on_one_shape_is_recorded_for_that_shape_and_the_run_goes_on(
+        tmp_path, monkeypatch):
+    script = load_script()
+    bad = TINY[1]
+
+    def baselines_with_a_bad_one(operands, names=(), autotune_iterations=5):
+        found = make_baselines(operands, ("torch",))
+        out = torch.empty_like(found.baselines["torch"].out)
+        failing = operands.a.shape[0] == bad.m and out.shape[1] == bad.n
+
+        def call() -> None:
+            if failing:
+                raise ExplodingError("cuBLASLt refused the shape")
+            torch.matmul(operands.a, operands.b, out=out)
+
+        found.baselines["cublaslt_autotuned"] = Baseline(call, out)
+        found._plans.append(("cublaslt_autotuned", ExplodingPlan()))  # free() raises
+        return found
+
+    monkeypatch.setattr(script, "make_baselines", baselines_with_a_bad_one)
+    run = script.Run(tmp_path)
+    script.run_pass(run, TINY[:3], 1e9, FakeMeasurer(), 4, QUICK, FAST_BENCH)
+    table, rows = load_table(run.table), {r.shape.key: r for r in load_rows(run.rows)}
+    assert len(table) == 3 and len(rows) == 3  # every shape tuned and benchmarked
+    failed = table.get(bad)
+    assert failed.times["cublaslt_autotuned"].kernel_ms is None
+    assert any("cublaslt_autotuned failed at this shape: ExplodingError" in n
+               for n in failed.notes)
+    log = (tmp_path / "h200-hgemm-log.txt").read_text()
+    assert log.count("could not be freed") == 3  # close() logged it, never raised
+    assert rows[bad.key].time("cublaslt_autotuned") is None
+    assert rows[bad.key].time("dispatch") is not None
+    good = table.get(TINY[0])
+    assert good.time("cublaslt_autotuned") is not None
+
+
+def test_release_frees_after_an_eager_execute_and_never_raises():
+    calls = []
+
+    class Plan:
+        def execute(self) -> None:
+            calls.append("execute")
+
+        def free(self) -> None:
+            calls.append("free")
+
+    assert release(Plan()) is None and calls == ["execute", "free"]
+    assert "could not be freed" in release(ExplodingPlan())
+
+
+# -- the roofline and the per-mode rule --------------------------------------------------------
+
+def test_the_roofline_floor_is_flops_or_bytes_at_the_profiles_peaks():
+    roof = roof_for("NVIDIA H200")
+    assert roof.tensor_flops == pytest.approx(989.4e12) and roof.dram_bytes_per_s == 4.8e12
+    cube = Shape(8192, 8192, 8192)
+    assert floor_seconds(cube, roof) == pytest.approx(2 * 8192**3 / 989.4e12)
+    decode = Shape(1, 4096, 4096, "bfloat16", "nt")
+    assert floor_seconds(decode, roof) == pytest.approx(2 * (4096 + 4096**2 + 4096) / 4.8e12)
+    assert headroom(decode, 2 * floor_seconds(decode, roof), roof) == pytest.approx(1.0)
+    assert candidates_for(0.01, 12) == 0 and candidates_for(0.1, 12) == 2
+    assert candidates_for(0.25, 12) == 6 and candidates_for(3.0, 12) == 12
+    order = plan_order(TINY[:3], {TINY[0].key: 0.1, TINY[2].key: 2.0}, lambda s: 1.0)
+    assert order == [TINY[2], TINY[0], TINY[1]]  # most headroom first; unprobed last
+
+
+def test_a_shape_where_cublas_is_at_the_roofline_is_not_searched(tmp_path):
+    shape = TINY[0]
+    at_floor_ms = floor_seconds(shape, roof_for(None)) * 1e3 * 1.01
+    table_path = tmp_path / "table.jsonl"
+    tune([shape], table_path, FakeMeasurer(torch_ms=at_floor_ms), QUICK, sm_count=4)
+    entry = load_table(table_path).get(shape)
+    assert entry.best is None and not entry.use_kernel and entry.candidates == ()
+    assert any("0 candidates" in note for note in entry.notes)
+
+
+def test_each_mode_uses_the_kernel_only_where_it_won_beyond_noise_in_that_mode():
+    torch_times = MethodTimes(1.0, 1.0, server_kernel_ms=1.0, server_graph_ms=1.0)
+    graph_loses = MethodTimes(0.9, 1.01, server_kernel_ms=0.9, server_graph_ms=0.9)
+    assert mode_choices(graph_loses, torch_times, 0.02) == (True, False)
+    server_loses = MethodTimes(0.9, 0.9, server_kernel_ms=0.99, server_graph_ms=0.9)
+    assert mode_choices(server_loses, torch_times, 0.02) == (False, True)
+    unmeasured = MethodTimes(0.9, 0.9)
+    assert mode_choices(unmeasured, torch_times, 0.02) == (False, False)

@@ -79,11 +79,12 @@ def _specialisation(config: Config, shape: Shape) -> tuple:
             _size_class(shape.k), shape.k % block_k == 0)
 
 
-def jobs_for(shapes: Iterable[Shape], sm_count: int) -> list[CompileJob]:
-    """One job per distinct compiled kernel set of the shapes' shortlists (Triton variants)."""
+def jobs_for(shapes: Iterable[Shape], sm_count: int, limit: int = 10) -> list[CompileJob]:
+    """One job per distinct compiled kernel set of the shapes' shortlists (Triton variants),
+    `limit` candidates a shape (the most the tuner tries)."""
     jobs = {}
     for shape in shapes:
-        for config in shortlist(shape, sm_count):
+        for config in shortlist(shape, sm_count, limit=limit):
             if VARIANTS[config.kernel].needs_cuda:
                 continue
             jobs.setdefault(_specialisation(config, shape), CompileJob(config, shape))

@@ -56,7 +56,13 @@ from solforge.hgemm.measure import (
     relative_error,
 )
 from solforge.hgemm.retrieve import neighbour_configs
-from solforge.hgemm.roofline import Roof, candidates_for, headroom, roof_of_device
+from solforge.hgemm.roofline import (
+    Roof,
+    bytes_moved,
+    candidates_for,
+    headroom,
+    roof_of_device,
+)
 from solforge.hgemm.space import SM_COUNT, Config, Shape, shortlist, tolerance
 from solforge.hgemm.table import (
     Candidate,
@@ -134,6 +140,47 @@ def tune(shapes: Sequence[Shape], table_path: Path, measurer: Measurer,
     pending = [shape for shape in shapes if table.get(shape) is None]
     return run_budgeted(pending, tune_one, lambda shape: estimate_seconds(shape, settings),
                         budget_s, clock)
+
+
+PROBE_BATCH_BYTES = 8 * 2**30  # operands, outputs and references held for one probe session
+
+
+def probe_headrooms(shapes: Sequence[Shape], measurer: Measurer, roof: Roof,
+                    rounds: int = 3, budget_s: float = float("inf"),
+                    clock: Callable[[], float] = time.monotonic) -> dict[str, float]:
+    """Each shape's headroom (roofline.headroom of torch.matmul's kernel-only time), so a pass
+    can tune the shapes with the most to win first. Many shapes share one profiler session
+    (their calls interleaved), so the probe of a thousand shapes costs seconds, not minutes."""
+    found: dict[str, float] = {}
+    began = clock()
+    batch: list[tuple[Shape, Call]] = []
+    held = 0
+
+    def time_batch() -> None:
+        timed = measurer.time({shape.key: call for shape, call in batch}, "kernel", rounds)
+        for shape, _ in batch:
+            ms = median_ms(timed.get(shape.key))
+            if ms is not None:
+                found[shape.key] = headroom(shape, ms / 1e3, roof)
+        batch.clear()
+
+    for shape in shapes:
+        if clock() - began > budget_s:
+            break
+        operands = measurer.operands(shape)
+        out = torch.empty((shape.m, shape.n), dtype=operands.a.dtype, device=operands.a.device)
+        batch.append((shape, _torch_call(operands.a, operands.b, out)))
+        held += bytes_moved(shape) + 4 * shape.m * shape.n
+        if held > PROBE_BATCH_BYTES:
+            time_batch()
+            held = 0
+    if batch:
+        time_batch()
+    return found
+
+
+def _torch_call(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> Call:
+    return lambda: torch.matmul(a, b, out=out)
 
 
 def tune_and_record(shape: Shape, table_path: Path, table: Table, started: dict[str, int],
