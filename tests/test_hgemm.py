@@ -84,6 +84,8 @@ INTERPRETER_CASES = [
     (dot("streamk", 64, 64, 32), (70, 136, 200)),
     (gemv(1, 64, 64, 1), (1, 100, 130)),
     (gemv(4, 32, 32, 4), (3, 72, 200)),
+    (gemv(1, 16, 512, 1), (1, 40, 1024)),  # K a whole number of slices: no mask on K
+    (gemv(2, 8, 1024, 2), (2, 20, 3000)),
     (dot("tiled", 16, 64, 64), (1, 72, 136)),
 ]
 
@@ -133,7 +135,7 @@ COMPILE_CASES = [
      Shape(2048, 2048, 2048, "bfloat16", "nt")),
     (dot("splitk", 64, 64, 64, SPLIT_K=8), Shape(64, 64, 16384)),
     (dot("streamk", 128, 128, 64, NUM_WARPS=8, NUM_STAGES=3), Shape(3072, 3072, 2048)),
-    (gemv(1, 64, 128, 8), Shape(1, 4096, 4096, "bfloat16", "nt")),
+    (gemv(1, 16, 1024, 1), Shape(1, 4096, 4096, "bfloat16", "nt")),
     (dot("tiled", 128, 128, 64, NUM_WARPS=8, NUM_STAGES=3, ACC_FP16=1),
      Shape(1024, 1024, 1024, "float16", "nn", "fp16")),
 ]
@@ -165,6 +167,7 @@ def test_every_triton_variant_compiles_for_sm90a_with_the_instructions_it_is_for
     assert found["tiled", 0]["instructions"]["UTMALDG"] == 0
     assert found["gemv", None]["instructions"]["FFMA"] > 0  # CUDA cores, no tensor cores
     assert found["gemv", None]["instructions"]["HGMMA"] == 0
+    assert found["gemv", None]["instructions"]["LDG.E.128"] > 0  # B in 16-byte vectors
     assert found["tiled", 1]["instructions"]["HGMMA"] > 0  # float16 accumulation, still wgmma
     assert set(found["splitk", 0]["kernels"]) == {"_partials", "_sum_splits"}
     assert set(found["streamk", 0]["kernels"]) == {"_stream", "_fix_split_tiles"}

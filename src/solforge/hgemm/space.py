@@ -245,9 +245,9 @@ SPACES: dict[str, dict[str, tuple[int, ...]]] = {
     "splitk": {**_TILED, "BLOCK_K": (64, 128, 256),
                "SPLIT_K": (2, 3, 4, 6, 8, 12, 16, 24, 32)},
     "streamk": {**_TILED, "BLOCK_M": (64, 128), "BLOCK_N": (64, 128, 256), "GROUP_M": (8,)},
-    "gemv": {"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (32, 64, 128, 256),
-             "BLOCK_K": (32, 64, 128, 256), "NUM_STAGES": (1, 2, 3, 4), "NUM_WARPS": (2, 4, 8),
-             "SPLIT_K": (1, 2, 4, 8, 16, 32)},
+    "gemv": {"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64, 128, 256),
+             "BLOCK_K": (32, 64, 128, 256, 512, 1024), "NUM_STAGES": (1, 2, 3, 4),
+             "NUM_WARPS": (2, 4, 8), "SPLIT_K": (1, 2, 4, 8, 16, 32)},
     "wgmma": {"BLOCK_M": (64, 128), "BLOCK_N": (128, 256)},
 }
 WGMMA_TILES = ((128, 256), (128, 128), (64, 256), (64, 128))  # compiled into wgmma.cu
@@ -358,7 +358,10 @@ TILES = (
 # tiles reuse each loaded operand more (working figures for the ranking, not measurements).
 TILE_EFFICIENCY = ((32768, 0.80), (16384, 0.70), (8192, 0.55), (4096, 0.40), (2048, 0.25),
                    (0, 0.15))
-GEMV_TILES = ((64, 128, 4), (128, 64, 4), (32, 256, 4), (256, 32, 8))  # (BLOCK_N, BLOCK_K, warps)
+# (BLOCK_N, NUM_WARPS) of the GEMV picks: few weight rows a program, each step as deep in K as
+# GEMV_VALUES_PER_THREAD allows (16 rows x 1024 K at M = 1: 32 KB of B in flight a program)
+GEMV_ROWS = ((16, 4), (32, 8), (8, 4), (64, 8))
+GEMV_MAX_BLOCK_K = 1024
 SMALL_M = 32  # at or below: the decode path
 
 
@@ -422,7 +425,9 @@ def _decode_picks(shape: Shape, sms: int, acc: int) -> list[Config]:
     picks = []
     if shape.m <= 8:
         bm = triton.next_power_of_2(shape.m)
-        for bn, bk, warps in GEMV_TILES:
+        for bn, warps in GEMV_ROWS:
+            bk = GEMV_VALUES_PER_THREAD * 32 * warps // (bm * bn)
+            bk = min(bk, GEMV_MAX_BLOCK_K, max(32, triton.next_power_of_2(shape.k)))
             split = splits_to_fill(triton.cdiv(shape.n, bn), shape.k, bk, sms)
             picks.append(Config.of("gemv", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_STAGES=2,
                                    NUM_WARPS=warps, SPLIT_K=split))
