@@ -421,24 +421,34 @@ def _dot(kernel: str, tile: tuple[int, int, int, int, int], acc: int, **more: in
                      NUM_WARPS=warps, ACC_FP16=acc, **more)
 
 
+# (BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES) of the tensor-core decode picks (BLOCK_M 16 or 32:
+# the M rows padded to one mma): wide and shallow to deep and narrow, best guesses first.
+DECODE_TILES = ((64, 128, 4, 4), (128, 128, 4, 4), (32, 256, 4, 3), (64, 256, 4, 3),
+                (128, 64, 8, 5), (256, 64, 8, 4))
+
+
 def _decode_picks(shape: Shape, sms: int, acc: int) -> list[Config]:
-    picks = []
+    """GEMV (M <= 8), tiled and split-K picks, taken in turn so a short list holds each."""
+    gemvs = []
     if shape.m <= 8:
         bm = triton.next_power_of_2(shape.m)
         for bn, warps in GEMV_ROWS:
             bk = GEMV_VALUES_PER_THREAD * 32 * warps // (bm * bn)
             bk = min(bk, GEMV_MAX_BLOCK_K, max(32, triton.next_power_of_2(shape.k)))
             split = splits_to_fill(triton.cdiv(shape.n, bn), shape.k, bk, sms)
-            picks.append(Config.of("gemv", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_STAGES=2,
+            gemvs.append(Config.of("gemv", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_STAGES=2,
                                    NUM_WARPS=warps, SPLIT_K=split))
     bm = max(16, triton.next_power_of_2(shape.m))
-    for bn in (64, 128):
-        tile = (bm, bn, 128, 4, 4)
-        split = splits_to_fill(triton.cdiv(shape.n, bn), shape.k, 128, sms)
+    tiled, split_k = [], []
+    for bn, bk, warps, stages in DECODE_TILES:
+        tile = (bm, bn, bk, warps, stages)
+        tiled.append(_dot("tiled", tile, acc))
+        split = splits_to_fill(triton.cdiv(shape.n, bn), shape.k, bk, sms)
         if split > 1:
-            picks.append(_dot("splitk", tile, acc, SPLIT_K=split))
-        picks.append(_dot("tiled", tile, acc))
-    return picks
+            split_k.append(_dot("splitk", tile, acc, SPLIT_K=split))
+    kinds = [gemvs, tiled, split_k]
+    return [kind[turn] for turn in range(max(map(len, kinds))) for kind in kinds
+            if turn < len(kind)]
 
 
 def _general_picks(shape: Shape, sms: int, acc: int) -> list[Config]:
