@@ -41,6 +41,7 @@ and every row says so.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import multiprocessing
@@ -167,8 +168,8 @@ PROBE_TIMEOUT_S = 240.0
 
 
 def probe_wgmma(queue) -> None:
-    """In a child process: every tile, dtype and B layout of the CUDA kernel against a float32
-    product; puts the failures (empty when all pass) on `queue`."""
+    """In a child process: every tile, stage count, dtype and B layout of the CUDA kernel against
+    a float32 product; puts the failures (empty when all pass) on `queue`."""
     from solforge.hgemm.measure import random_operands, relative_error
     from solforge.hgemm.space import Config, Shape, tolerance
 
@@ -178,8 +179,10 @@ def probe_wgmma(queue) -> None:
             for size in PROBE_SHAPES:
                 shape = Shape(*size, dtype, layout)
                 operands = random_operands(shape, torch.device("cuda"))
-                for block_m, block_n in wgmma.TILES:
-                    config = Config.of("wgmma", BLOCK_M=block_m, BLOCK_N=block_n)
+                for (block_m, block_n), stages in itertools.product(wgmma.TILES,
+                                                                     wgmma.STAGES):
+                    config = Config.of("wgmma", BLOCK_M=block_m, BLOCK_N=block_n,
+                                       NUM_STAGES=stages, GROUP_M=8)
                     error = relative_error(kernels.run(config, operands.a, operands.b),
                                            operands.reference)
                     if not error <= tolerance(shape):

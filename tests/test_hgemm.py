@@ -7,6 +7,7 @@ compile for sm_90a in a fresh process; gpu tests run everything for real on the 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -184,7 +185,9 @@ def test_the_cuda_kernel_compiles_for_sm90a_with_wgmma_and_tma(tmp_path):
     sass = subprocess.run([triton.knobs.nvidia.cuobjdump.path, "-sass", str(obj)],
                           capture_output=True, text=True, timeout=120).stdout
     kernels_built = sass.count("Function : ")
-    assert kernels_built == 16  # 4 tiles x 2 dtypes x 2 B layouts
+    # per dtype and B layout: 3, 4 or 6 stages asked for, capped by each tile's budget: 128x256
+    # holds 4 (3, 4), 128x128 6 (3, 4, 6), 64x256 5 (3, 4, 5), 64x128 8 (3, 4, 6)
+    assert kernels_built == 2 * 2 * (2 + 3 + 3 + 3)
     assert "HGMMA.64x256x16.F32.BF16" in sass and "HGMMA.64x128x16.F32" in sass
     assert "UTMALDG.2D" in sass  # cp.async.bulk.tensor
     assert "USETMAXREG" in sass  # setmaxnreg moved registers to the consumers
@@ -438,7 +441,8 @@ def test_the_dispatcher_follows_the_table_per_mode_and_never_runs_what_cannot_ru
     table.add(TableEntry(win, config, True, {}))
     table.add(TableEntry(lose, config, False, {}))
     table.add(TableEntry(graph_only, config, False, {}, use_in_graph=True))
-    table.add(TableEntry(cuda_only, Config.of("wgmma", BLOCK_M=128, BLOCK_N=128), True, {}))
+    cuda_kernel = Config.of("wgmma", BLOCK_M=128, BLOCK_N=128, NUM_STAGES=4, GROUP_M=8)
+    table.add(TableEntry(cuda_only, cuda_kernel, True, {}))
     dispatcher = dispatch.Dispatcher(table)
     cpu = torch.device("cpu")
     assert dispatcher.choose_shape(win, cpu) == (config, config)
@@ -573,8 +577,9 @@ def test_the_wgmma_kernel_is_correct_for_each_tile(dtype, layout):
     for size in ((200, 264, 1000), (4096, 4096, 4096), (64, 128, 64)):
         shape = Shape(*size, dtype, layout)
         operands = random_operands(shape, device)
-        for block_m, block_n in wgmma.TILES:
-            config = Config.of("wgmma", BLOCK_M=block_m, BLOCK_N=block_n)
+        for (block_m, block_n), stages in itertools.product(wgmma.TILES, wgmma.STAGES):
+            config = Config.of("wgmma", BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=stages,
+                               GROUP_M=stages // 2)  # 1, 2, 3: ragged tile groups as well
             out = torch.full((shape.m, shape.n), float("nan"), dtype=shape.torch_dtype,
                              device=device)
             kernels.launch(config, operands.a, operands.b, out)

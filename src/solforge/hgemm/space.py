@@ -248,7 +248,9 @@ SPACES: dict[str, dict[str, tuple[int, ...]]] = {
     "gemv": {"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64, 128, 256),
              "BLOCK_K": (32, 64, 128, 256, 512, 1024), "NUM_STAGES": (1, 2, 3, 4),
              "NUM_WARPS": (2, 4, 8), "SPLIT_K": (1, 2, 4, 8, 16, 32)},
-    "wgmma": {"BLOCK_M": (64, 128), "BLOCK_N": (128, 256)},
+    # stages asked for (wgmma.cu caps them by the tile's shared memory); GROUP_M: the swizzle
+    "wgmma": {"BLOCK_M": (64, 128), "BLOCK_N": (128, 256), "NUM_STAGES": (3, 4, 6),
+              "GROUP_M": (1, 8, 16)},
 }
 WGMMA_TILES = ((128, 256), (128, 128), (64, 256), (64, 128))  # compiled into wgmma.cu
 TMA_KERNELS = ("tma", "tma_persistent", "wgmma")
@@ -460,8 +462,7 @@ def _general_picks(shape: Shape, sms: int, acc: int) -> list[Config]:
                 for tile in ranked}
     kinds = [
         [_dot("tma", tile, acc) for tile in ranked[:3]],
-        [Config.of("wgmma", BLOCK_M=bm, BLOCK_N=bn) for bm, bn in _wgmma_tiles(shape, sms)
-         ][: 0 if acc else 2],
+        _wgmma_picks(shape, sms)[: 0 if acc else 3],
         [_dot("tma_persistent", tile, acc) for tile in ranked[:2] if tiles_of[tile] > sms],
         [_dot("tiled", tile, acc) for tile in ranked[:2]],
         [_dot("splitk", tile, acc, SPLIT_K=splits_to_fill(tiles_of[tile], shape.k, tile[2],
@@ -474,6 +475,18 @@ def _general_picks(shape: Shape, sms: int, acc: int) -> list[Config]:
     picks = []
     for turn in range(max(len(kind) for kind in kinds)):
         picks += [kind[turn] for kind in kinds if turn < len(kind)]
+    return picks
+
+
+def _wgmma_picks(shape: Shape, sms: int) -> list[Config]:
+    """The CUDA kernel's two best tiles with the deepest pipeline and GROUP_M 8, then the best
+    tile with 3 stages and a wider swizzle (GROUP_M 16: more B reuse in L2 on tall shapes)."""
+    tiles = _wgmma_tiles(shape, sms)
+    picks = [Config.of("wgmma", BLOCK_M=bm, BLOCK_N=bn, NUM_STAGES=6, GROUP_M=8)
+             for bm, bn in tiles[:2]]
+    if tiles:
+        bm, bn = tiles[0]
+        picks.append(Config.of("wgmma", BLOCK_M=bm, BLOCK_N=bn, NUM_STAGES=3, GROUP_M=16))
     return picks
 
 
