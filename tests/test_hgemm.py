@@ -603,18 +603,23 @@ def test_the_dispatcher_runs_its_kernel_in_cuda_graphs_and_under_torch_compile()
     shape = Shape(64, 64, 16384)
     config = dot("splitk", 64, 64, 64, SPLIT_K=8)
     table = Table()
-    table.add(TableEntry(shape, config, True, {}))
+    table.add(TableEntry(shape, config, False, {}, use_in_graph=True))  # won in graphs only
     dispatch.use_table(table, retrieval=False)
     operands = random_operands(shape, torch.device("cuda"))
     a, b = operands.a, operands.b
-    assert dispatch.active().choose(a, b) == config
+    assert dispatch.active().choose(a, b, mode=dispatch.GRAPH) == config
+    assert dispatch.active().route(a, b) is None  # eager: torch.matmul
     graph = torch.cuda.CUDAGraph()
     dispatch.matmul(a, b)  # warm-up outside the capture
     with torch.cuda.graph(graph):
+        routed = dispatch.active().route(a, b)
         captured = dispatch.matmul(a, b)
     graph.replay()
     torch.cuda.synchronize()
+    assert routed == config
     assert relative_error(captured, operands.reference) <= tolerance(shape)
+    cost = dispatch.host_overhead(a, b, calls=500)
+    assert cost.route_us < 10 and cost.extra_us < 15  # microseconds a call on the host
     compiled = torch.compile(lambda x, y: dispatch.matmul(x, y) * 1, fullgraph=True)
     assert relative_error(compiled(a, b), operands.reference) <= tolerance(shape)
 
@@ -778,3 +783,18 @@ def test_each_mode_uses_the_kernel_only_where_it_won_beyond_noise_in_that_mode()
     assert mode_choices(server_loses, torch_times, 0.02) == (False, True)
     unmeasured = MethodTimes(0.9, 0.9)
     assert mode_choices(unmeasured, torch_times, 0.02) == (False, False)
+
+
+def test_hgemm_show_says_what_each_mode_runs(tmp_path):
+    from typer.testing import CliRunner
+
+    from solforge.cli import app
+
+    table_path = tmp_path / "table.jsonl"
+    config = dot("tiled", 64, 64, 64)
+    append_entry(table_path, TableEntry(Shape(64, 64, 64), config, True, {},
+                                        use_in_graph=False))
+    result = CliRunner().invoke(app, ["hgemm", "show", "--table", str(table_path)])
+    assert result.exit_code == 0, result.output
+    assert "runs in CUDA graphs" in result.output and "torch.matmul" in result.output
+    assert load_table(table_path).get(Shape(64, 64, 64)).use_in_graph is False
