@@ -538,6 +538,26 @@ def test_the_summary_gives_the_goal_numbers():
     assert summary["dispatch_vs_torch_by_set"]["decode"]["shapes"] == 1
     assert "| 8192^3 |" in markdown(summary, rows)
     assert speedups([("a", math.nan)], 0.02).shapes == 0
+    assert summary["goal"]["slower_than_fixed_noise"]["offline"]["kernel"] == 1
+
+
+def test_slower_beyond_noise_allows_for_the_scatter_each_run_measured():
+    shape = Shape(1, 4096, 4096, "bfloat16", "nt")
+    times = {"kernel": {"dispatch": 1.05, "torch": 1.0}, "graph": {"dispatch": 1.05,
+                                                                  "torch": 1.0}}
+    spreads = {"kernel": {"dispatch": 0.01, "torch": 0.01}, "graph": {"dispatch": 0.4,
+                                                                     "torch": 0.4}}
+    noisy = BenchRow(shape, "x", {}, {"offline": times}, spreads={"offline": spreads},
+                     rounds=8)
+    assert noisy.noise("torch", "offline", "kernel", 0.02) == 0.02  # tight: the floor
+    band = noisy.noise("torch", "offline", "graph", 0.02)
+    assert band == pytest.approx(2 * 1.2533 * math.hypot(0.4, 0.4) / 2.563 / math.sqrt(8))
+    summary = summarize_bench([noisy], Table())
+    offline = summary["dispatch_speedup"]["torch"]["offline"]
+    assert offline["kernel"]["below_noise"] == 1  # 5% slower, measured tightly: a loss
+    assert offline["graph"]["below_noise"] == 0  # 5% inside a 17% scatter band: not shown
+    assert offline["graph"]["below_fixed_noise"] == 1  # but kept in the plain count
+    assert BenchRow.from_json(noisy.to_json()) == noisy
 
 
 # -- on the GPU --------------------------------------------------------------------------------
