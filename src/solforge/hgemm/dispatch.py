@@ -7,7 +7,8 @@ runs eagerly only where the tuner measured it faster than torch.matmul beyond th
 kernel-only time, back to back and with Poisson-spaced calls (server mode), and runs in a graph
 only where it also won beyond the noise in graph replays, back to back and spaced (tune.py).
 Everywhere else that mode runs torch.matmul. Shapes the table lacks go to retrieval
-(retrieve.py: the nearest tuned shapes' kernels, verified here once, the choice cached).
+(retrieve.py: the nearest tuned shapes' kernels, verified here once in kernel-only time, the
+choice cached), for eager calls only: a graph capture of such a shape runs torch.matmul.
 Everything else goes to torch.matmul: CPU tensors, dtypes other than float16 and bfloat16,
 mixed dtypes, A not row-major, B neither row-major nor a row-major transpose, data not
 16-byte aligned (TMA's rule), tensors that are not 2-D.
@@ -115,8 +116,8 @@ class Dispatcher:
         elif device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return None  # nothing can be timed now; verify at the first eager call
         else:
-            config = self.retriever.choose(shape).config
-            route = (config, config)
+            # verified in kernel-only time alone: eager calls only, graphs keep torch.matmul
+            route = (self.retriever.choose(shape).config, None)
         return tuple(c if c is not None and kernels.runs_here(c, device) else None
                      for c in route)
 

@@ -11,8 +11,9 @@ Per shape:
    (retrieval in the loop: what won next door is tried first);
 4. correctness: each candidate writes a NaN-poisoned output once; one over the tolerance
    (space.tolerance) or holding NaN is out, as is one that fails to compile or launch;
-5. screening: the correct candidates interleaved in CUDA-graph replay (no profiler session
-   needed), `screen_rounds` calls each; the `finalists` fastest go on;
+5. screening: the correct candidates interleaved in one profiler session, kernel-only time,
+   `screen_rounds` calls each (a graph's first replay scatters by microseconds, more than
+   the candidates of a small shape differ); the `finalists` fastest go on;
 6. final: finalists and baselines interleaved, kernel-only time (profiler) over `final_rounds`;
    the best finalist and the baselines in CUDA-graph time; then the best finalist and
    torch.matmul in server mode (Poisson-spaced calls), kernel-only and graph;
@@ -286,14 +287,14 @@ def _run_once(config: Config, a: torch.Tensor, b: torch.Tensor, out: torch.Tenso
 def _screen(correct: list[Config], a, b, out: torch.Tensor, measurer: Measurer,
             settings: TuneSettings) -> dict[Config, float | None]:
     calls = {config.label: _launcher(config, a, b, out) for config in correct}
-    timed = measurer.time(calls, "graph", settings.screen_rounds)
+    timed = measurer.time(calls, "kernel", settings.screen_rounds)
     return {config: median_ms(timed.get(config.label)) for config in correct}
 
 
 def _with_screen(candidate: Candidate, screen_ms: float | None) -> Candidate:
     failure_text = candidate.failure
     if screen_ms is None and failure_text is None:
-        failure_text = "could not be timed in a CUDA graph"
+        failure_text = "could not be timed"
     return Candidate(candidate.config, screen_ms, candidate.error, failure_text)
 
 
