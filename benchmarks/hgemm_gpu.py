@@ -28,7 +28,8 @@ tuned table: copy it to src/solforge/hgemm/tables/h200.jsonl to ship it),
 h200-hgemm-tune.jsonl.started, h200-hgemm-probe.jsonl, h200-hgemm-bench.jsonl,
 h200-hgemm-host.json, h200-hgemm-summary.json, h200-hgemm-summary.md,
 h200-hgemm-environment.json, h200-hgemm-log.txt.
---stage check runs the GPU tests of tests/test_hgemm.py instead (a few minutes, once).
+--stage check runs the GPU tests of tests/test_hgemm.py instead (a few minutes, once);
+--stage plan (no GPU needed) estimates what a call of --deadline-s gets through.
 
 nvmath-python (the cuBLASLt baselines) is not on the H200 image. Carry its wheel in the
 git-ignored .whl/ (nvmath_python-1.0.0-cp312-cp312-manylinux_2_28_x86_64.whl; its dependencies
@@ -74,7 +75,7 @@ from solforge.hgemm.kernels import wgmma  # noqa: E402
 from solforge.hgemm.measure import CudaMeasurer  # noqa: E402
 from solforge.hgemm.precompile import jobs_for, precompile  # noqa: E402
 from solforge.hgemm.roofline import Roof, plan_order, roof_of_device  # noqa: E402
-from solforge.hgemm.space import Shape, select_shapes  # noqa: E402
+from solforge.hgemm.space import SM_COUNT, Shape, select_shapes, set_of  # noqa: E402
 from solforge.hgemm.table import (  # noqa: E402
     TableEntry,
     append_entry,
@@ -336,6 +337,33 @@ def measure_host_overhead(run: Run) -> None:
     run.log(f"host overhead per call (us): {json.dumps(found)}")
 
 
+BUILD_S, PROBE_S = 40.0, 20.0  # kernel build and self-test; headroom probe (the H200, estimates)
+
+
+def plan(shapes, deadline_s: float, tune_share: float,
+         tune_settings: TuneSettings = TUNE, bench_settings: BenchSettings = BENCH) -> list[str]:
+    """What a call of `deadline_s` should get through, from the working figures of budget.py
+    (the pass itself recalibrates them as it measures): no GPU needed (--stage plan)."""
+    lines, tuned, benched = [], 0.0, 0.0
+    for name in ("grid", "decode", "prefill", "other"):
+        part = [s for s in shapes if set_of(s) == name]
+        if part:
+            tune_s = sum(tune_estimate(s, tune_settings) for s in part)
+            bench_s = sum(bench_estimate(s, bench_settings) for s in part)
+            tuned, benched = tuned + tune_s, benched + bench_s
+            lines.append(f"plan: {name}: {len(part)} shapes, tune {tune_s:.0f} s + bench "
+                         f"{bench_s:.0f} s ({(tune_s + bench_s) / len(part):.2f} s a shape)")
+    jobs = len(jobs_for(shapes, SM_COUNT, tune_settings.shortlist))
+    left = deadline_s - REPORT_RESERVE_S - BUILD_S - PROBE_S
+    share = tune_share * left / (tuned + benched) if tuned + benched else 1.0
+    lines.append(f"plan: all {len(shapes)} shapes: tune {tuned:.0f} s + bench {benched:.0f} s; "
+                 f"{jobs} Triton kernel sets to precompile; a call of {deadline_s:.0f} s "
+                 f"tunes about {min(1.0, share):.0%} of that work (most headroom per second "
+                 f"first), then benchmarks untuned shapes (torch.matmul fallback) as time "
+                 f"allows")
+    return lines
+
+
 def _speedup(row) -> str:
     torch_ms, dispatch_ms = row.time("torch"), row.time("dispatch")
     return f"{torch_ms / dispatch_ms:.2f}x" if torch_ms and dispatch_ms else "n/a"
@@ -373,7 +401,7 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--deadline-s", type=float, default=540.0)
     parser.add_argument("--sets", default="grid,decode,prefill")
-    parser.add_argument("--stage", choices=("pass", "report", "check"), default="pass")
+    parser.add_argument("--stage", choices=("pass", "report", "check", "plan"), default="pass")
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=BENCH.rounds,
                         help="timed calls per method in the tuner's final and in the benchmark")
@@ -383,6 +411,11 @@ def main() -> None:
                              "benchmarks untuned shapes, which fall back to torch.matmul")
     args = parser.parse_args()
     run = Run(args.out)
+    if args.stage == "plan":
+        for line in plan(select_shapes(args.sets.split(",")), args.deadline_s,
+                         args.tune_share):
+            run.log(line)
+        return
     if not torch.cuda.is_available():
         sys.exit("no CUDA GPU: this script runs on the H200")
     if args.stage == "check":

@@ -461,7 +461,7 @@ def routed(monkeypatch):
     table.add(TableEntry(shape, config, False, {}, use_in_graph=True))
     capturing = {"now": False}
 
-    def any_device(a, b, accumulate="fp32"):
+    def any_device(a, b, accumulate="fp32", aligned=True):
         if a.dtype != torch.float16 or layout_of(b) != "nn":
             return None
         return Shape(a.shape[0], b.shape[1], a.shape[1])
@@ -485,6 +485,8 @@ def test_route_decides_once_per_signature_and_follows_the_capture_flag(routed):
     out = torch.empty(32, 64, dtype=torch.float16)
     assert dispatch.matmul(a, b, out=out) is out  # the kernel (interpreter) writes into out
     assert relative_error(out, a.float() @ b.float()) <= tolerance(Shape(32, 64, 64))
+    strided = torch.empty(64, 32, dtype=torch.float16).T  # not row-major: torch.matmul's job
+    assert torch.equal(dispatch.matmul(a, b, out=strided), torch.matmul(a, b))
     capturing["now"] = False
     assert torch.equal(dispatch.matmul(a, b), torch.matmul(a, b))
 
@@ -818,3 +820,10 @@ def test_hgemm_show_says_what_each_mode_runs(tmp_path):
     assert result.exit_code == 0, result.output
     assert "runs in CUDA graphs" in result.output and "torch.matmul" in result.output
     assert load_table(table_path).get(Shape(64, 64, 64)).use_in_graph is False
+
+
+def test_the_gpu_script_plans_a_call_without_a_gpu():
+    script = load_script()
+    lines = script.plan(select_shapes(["grid", "decode"]), 450.0, 0.75)
+    assert lines[0].startswith("plan: grid: 1000 shapes") and "decode: 66 shapes" in lines[1]
+    assert "Triton kernel sets to precompile" in lines[-1] and "450 s" in lines[-1]

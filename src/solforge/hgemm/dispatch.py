@@ -44,8 +44,10 @@ CACHE_ENV = "SOLFORGE_HGEMM_CACHE"
 EAGER, GRAPH = 0, 1  # index of a mode's choice in a Route
 
 
-def shape_of(a: torch.Tensor, b: torch.Tensor, accumulate: str = "fp32") -> Shape | None:
-    """The tuned-table shape of a @ b, or None when the dispatcher leaves it to torch.matmul."""
+def shape_of(a: torch.Tensor, b: torch.Tensor, accumulate: str = "fp32",
+             aligned: bool = True) -> Shape | None:
+    """The tuned-table shape of a @ b, or None when the dispatcher leaves it to torch.matmul.
+    `aligned` False leaves the data's alignment out (route tests it on every call)."""
     if a.dim() != 2 or b.dim() != 2 or not (a.is_cuda and b.is_cuda) or a.device != b.device:
         return None
     if a.dtype != b.dtype or a.dtype not in (torch.float16, torch.bfloat16):
@@ -55,7 +57,7 @@ def shape_of(a: torch.Tensor, b: torch.Tensor, accumulate: str = "fp32") -> Shap
     if a.stride(1) != 1 or a.stride(0) < a.shape[1]:
         return None
     layout = layout_of(b)
-    if layout is None or a.data_ptr() % ALIGNMENT or b.data_ptr() % ALIGNMENT:
+    if layout is None or (aligned and (a.data_ptr() % ALIGNMENT or b.data_ptr() % ALIGNMENT)):
         return None
     if accumulate == "fp16" and a.dtype != torch.float16:
         return None
@@ -94,7 +96,7 @@ class Dispatcher:
 
     def _decide(self, a: torch.Tensor, b: torch.Tensor, accumulate: str) -> Route | None:
         self.decisions += 1
-        shape = shape_of(a, b, accumulate)
+        shape = shape_of(a, b, accumulate, aligned=False)
         return TORCH if shape is None else self.choose_shape(shape, a.device)
 
     def choose(self, a: torch.Tensor, b: torch.Tensor, accumulate: str = "fp32",
@@ -154,6 +156,8 @@ def active() -> Dispatcher:
 def _run(a: torch.Tensor, b: torch.Tensor, accumulate: str, out: torch.Tensor | None
          ) -> torch.Tensor:
     config = active().route(a, b, accumulate)
+    if config is not None and out is not None and (out.stride(1) != 1 or out.dtype != a.dtype):
+        config = None  # the kernels write a row-major C of the inputs' dtype
     if config is None:
         return torch.matmul(a, b) if out is None else torch.matmul(a, b, out=out)
     if out is None:

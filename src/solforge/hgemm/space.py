@@ -437,9 +437,12 @@ def _decode_picks(shape: Shape, sms: int, acc: int) -> list[Config]:
         for bn, warps in GEMV_ROWS:
             bk = GEMV_VALUES_PER_THREAD * 32 * warps // (bm * bn)
             bk = min(bk, GEMV_MAX_BLOCK_K, max(32, triton.next_power_of_2(shape.k)))
-            split = splits_to_fill(triton.cdiv(shape.n, bn), shape.k, bk, sms)
-            gemvs.append(Config.of("gemv", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_STAGES=2,
-                                   NUM_WARPS=warps, SPLIT_K=split))
+            # split to fill two waves, and unsplit: one launch, no float32 partials (the
+            # second launch of a split costs its gap in kernel-only time)
+            for split in dict.fromkeys((splits_to_fill(triton.cdiv(shape.n, bn), shape.k, bk,
+                                                       sms), 1)):
+                gemvs.append(Config.of("gemv", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                                       NUM_STAGES=2, NUM_WARPS=warps, SPLIT_K=split))
     bm = max(16, triton.next_power_of_2(shape.m))
     tiled, split_k = [], []
     for bn, bk, warps, stages in DECODE_TILES:

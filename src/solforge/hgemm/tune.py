@@ -208,7 +208,7 @@ def tune_shape(shape: Shape, measurer: Measurer, table: Table,
                settings: TuneSettings = TuneSettings(), sm_count: int = SM_COUNT,
                clock: Callable[[], float] = time.monotonic, operands: Operands | None = None,
                baselines: BaselineSet | None = None, roof: Roof | None = None) -> TableEntry:
-    """One shape, steps 1-6 of the module docstring. `operands` and `baselines` may be shared
+    """One shape, steps 1-7 of the module docstring. `operands` and `baselines` may be shared
     with the benchmark of the same shape (they are made here when not given)."""
     began = clock()
     operands = operands or measurer.operands(shape)
