@@ -24,7 +24,8 @@ One call, within --deadline-s seconds of wall time from its start:
    (the goal numbers, per set, large cubes, decode table) and how many more calls the rest
    needs at this call's measured rate.
 Files in OUTDIR (all kept, so the next call resumes from them): h200-hgemm-tune.jsonl (the
-tuned table: copy it to src/solforge/hgemm/tables/h200.jsonl to ship it),
+tuned table, every candidate tried), h200.jsonl (the same, candidates left out: copy it to
+src/solforge/hgemm/tables/h200.jsonl to ship it),
 h200-hgemm-tune.jsonl.started, h200-hgemm-probe.jsonl, h200-hgemm-bench.jsonl,
 h200-hgemm-host.json, h200-hgemm-summary.json, h200-hgemm-summary.md,
 h200-hgemm-environment.json, h200-hgemm-log.txt.
@@ -83,6 +84,7 @@ from solforge.hgemm.table import (  # noqa: E402
     environment,
     load_table,
     read_jsonl,
+    write_table,
 )
 from solforge.hgemm.tune import (  # noqa: E402
     TuneSettings,
@@ -110,6 +112,7 @@ class Run:
         self.environment = out / f"{PREFIX}-environment.json"
         self.probes = out / f"{PREFIX}-probe.jsonl"
         self.host = out / f"{PREFIX}-host.json"
+        self.shipped = out / "h200.jsonl"  # the table as src/solforge/hgemm/tables/ ships it
         self.log_file = (out / f"{PREFIX}-log.txt").open("a")
         self.began = time.monotonic()
 
@@ -374,7 +377,9 @@ def write_report(run: Run) -> None:
     if not rows:
         run.log("report: no benchmark rows yet")
         return
-    summary = summarize(rows, load_table(run.table))
+    table = load_table(run.table)
+    write_table(run.shipped, table)
+    summary = summarize(rows, table)
     if run.host.is_file():
         summary["host_overhead_us"] = json.loads(run.host.read_text())
     run.summary.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -174,6 +174,7 @@ def test_every_triton_variant_compiles_for_sm90a_with_the_instructions_it_is_for
     assert set(found["streamk", 0]["kernels"]) == {"_stream", "_fix_split_tiles"}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_the_cuda_kernel_compiles_for_sm90a_with_wgmma_and_tma(tmp_path):
     import triton  # its wheel carries cuobjdump
@@ -692,6 +693,9 @@ def test_the_gpu_scripts_pass_tunes_benchmarks_resumes_and_reports(tmp_path):
     assert summary["shapes"] == 3
     assert summary["dispatch_speedup"]["torch"]["server"]["graph"]["shapes"] == 3
     assert summary["goal"]["slower_beyond_noise"]["server"]["graph"] == 0
+    shipped = load_table(run.shipped)  # what src/solforge/hgemm/tables/ would ship
+    assert len(shipped) == 3 and all(e.candidates == () for e in shipped)
+    assert [e.use_kernel for e in shipped] == [e.use_kernel for e in load_table(run.table)]
 
 
 def test_the_pass_spends_its_tuning_share_then_benchmarks_untuned_shapes(tmp_path):

@@ -23,7 +23,7 @@ import json
 import os
 import platform
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -185,6 +185,23 @@ def load_table(path: Path) -> Table:
 
 def append_entry(path: Path, entry: TableEntry) -> None:
     append_jsonl(Path(path), entry.to_json())
+
+
+SHIPPED_METHODS = ("tuned", "torch", "cublaslt_autotuned")
+
+
+def shippable(entry: TableEntry) -> TableEntry:
+    """The entry as the package ships it: the choice, the times it rests on, the notes; the
+    candidates tried (most of a tuned line) left in the run's own table."""
+    times = {name: t for name, t in entry.times.items() if name in SHIPPED_METHODS}
+    return replace(entry, times=times, candidates=())
+
+
+def write_table(path: Path, table: Table) -> None:
+    """`table` as one JSON-lines file, each entry shippable()."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text("".join(json.dumps(shippable(entry).to_json()) + "\n"
+                                  for entry in table))
 
 
 def gpu_slug(name: str) -> str:
