@@ -474,11 +474,23 @@ def _general_picks(shape: Shape, sms: int, acc: int) -> list[Config]:
         [_dot("streamk", tile, acc) for tile in ranked[:1]
          if tiles_of[tile] > sms and tiles_of[tile] % sms and shape.k >= 1024],
         [_dot("persistent", tile, acc) for tile in ranked[:1] if tiles_of[tile] > sms],
+        _tma_variants(ranked[0], acc) if ranked else [],
     ]
     picks = []
     for turn in range(max(len(kind) for kind in kinds)):
         picks += [kind[turn] for kind in kinds if turn < len(kind)]
     return picks
+
+
+def _tma_variants(tile: tuple[int, int, int, int, int], acc: int) -> list[Config]:
+    """The best tile's TMA kernel with the other warp count, one stage more and one less, and
+    no swizzle (GROUP_M 1): where the model's best tile is right, its settings still matter."""
+    bm, bn, bk, warps, stages = tile
+    tiles = ((bm, bn, bk, 12 - warps, stages), (bm, bn, bk, warps, stages + 1),
+             (bm, bn, bk, warps, stages - 1))
+    unswizzled = Config.of("tma", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1,
+                           NUM_STAGES=stages, NUM_WARPS=warps, ACC_FP16=acc)
+    return [*(_dot("tma", t, acc) for t in tiles), unswizzled]
 
 
 def _wgmma_picks(shape: Shape, sms: int) -> list[Config]:

@@ -82,7 +82,7 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class TuneSettings:
-    shortlist: int = 12  # candidates for a shape far from the roofline (fewer nearer to it)
+    shortlist: int = 16  # candidates for a shape far from the roofline (fewer nearer to it)
     neighbours: int = 3  # winners of the nearest tuned shapes put first
     finalists: int = 2
     probe_rounds: int = 3  # torch.matmul kernel-only calls that measure the headroom
