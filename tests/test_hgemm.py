@@ -501,6 +501,7 @@ def test_the_dispatchers_host_overhead_is_measured_and_small_on_the_cpu_path():
     assert dispatch.active().decisions == 1
 
 
+@pytest.mark.slow
 def test_the_operator_works_under_torch_compile_through_its_fake():
     dispatch.use_table(Table(), retrieval=False)
     a, b = torch.randn(8, 16, dtype=torch.float16), torch.randn(16, 4, dtype=torch.float16)
@@ -511,6 +512,15 @@ def test_the_operator_works_under_torch_compile_through_its_fake():
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
     assert torch.equal(compiled(a, b), model(a, b))
     torch.library.opcheck(torch.ops.solforge.hgemm.default, (a, b))
+    out = torch.empty(8, 4, dtype=torch.float16)
+    torch.library.opcheck(torch.ops.solforge.hgemm_out.default, (a, b, out))
+
+    def into(x, y, z):
+        dispatch.matmul(x, y, out=z)
+        return z * 1
+
+    compiled_into = torch.compile(into, backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled_into(a, b, out), torch.matmul(a, b))
 
 
 # -- the benchmark summary ---------------------------------------------------------------------
