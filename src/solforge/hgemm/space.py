@@ -425,8 +425,10 @@ def _dot(kernel: str, tile: tuple[int, int, int, int, int], acc: int, **more: in
 
 # (BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES) of the tensor-core decode picks (BLOCK_M 16 or 32:
 # the M rows padded to one mma): wide and shallow to deep and narrow, best guesses first.
-DECODE_TILES = ((64, 128, 4, 4), (128, 128, 4, 4), (32, 256, 4, 3), (64, 256, 4, 3),
-                (128, 64, 8, 5), (256, 64, 8, 4))
+# Narrow tiles first: N / 32 programs fill the SMs at N = 4096 with one launch, where N / 128
+# leave half of them idle.
+DECODE_TILES = ((32, 128, 4, 4), (64, 128, 4, 4), (128, 128, 4, 4), (32, 64, 4, 5),
+                (64, 256, 4, 3), (128, 64, 8, 5), (256, 64, 8, 4))
 
 
 def _decode_picks(shape: Shape, sms: int, acc: int) -> list[Config]:
