@@ -7,6 +7,7 @@ compile for sm_90a in a fresh process; gpu tests run everything for real on the 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -19,13 +20,20 @@ import pytest
 import torch
 
 from solforge.hgemm import dispatch, kernels
-from solforge.hgemm.baselines import NVMATH_MISSING
-from solforge.hgemm.bench import BenchRow, markdown, speedups
+from solforge.hgemm.baselines import NVMATH_MISSING, Baseline, make_baselines, release
+from solforge.hgemm.bench import BenchRow, BenchSettings, load_rows, markdown, speedups
 from solforge.hgemm.bench import summarize as summarize_bench
 from solforge.hgemm.budget import run_budgeted
 from solforge.hgemm.kernels import wgmma
 from solforge.hgemm.measure import Operands, random_operands, relative_error
 from solforge.hgemm.retrieve import Choice, Retriever, log_distance, nearest, verify
+from solforge.hgemm.roofline import (
+    candidates_for,
+    floor_seconds,
+    headroom,
+    plan_order,
+    roof_for,
+)
 from solforge.hgemm.space import (
     DECODE_M,
     PROJECTIONS,
@@ -48,7 +56,7 @@ from solforge.hgemm.table import (
     append_entry,
     load_table,
 )
-from solforge.hgemm.tune import TuneSettings, progress_path, tune
+from solforge.hgemm.tune import TuneSettings, mode_choices, progress_path, tune
 from solforge.measure.timing import Timing, summarize
 from solforge.problem.suite import open_problem
 
@@ -76,6 +84,8 @@ INTERPRETER_CASES = [
     (dot("streamk", 64, 64, 32), (70, 136, 200)),
     (gemv(1, 64, 64, 1), (1, 100, 130)),
     (gemv(4, 32, 32, 4), (3, 72, 200)),
+    (gemv(1, 16, 512, 1), (1, 40, 1024)),  # K a whole number of slices: no mask on K
+    (gemv(2, 8, 1024, 2), (2, 20, 3000)),
     (dot("tiled", 16, 64, 64), (1, 72, 136)),
 ]
 
@@ -125,7 +135,7 @@ COMPILE_CASES = [
      Shape(2048, 2048, 2048, "bfloat16", "nt")),
     (dot("splitk", 64, 64, 64, SPLIT_K=8), Shape(64, 64, 16384)),
     (dot("streamk", 128, 128, 64, NUM_WARPS=8, NUM_STAGES=3), Shape(3072, 3072, 2048)),
-    (gemv(1, 64, 128, 8), Shape(1, 4096, 4096, "bfloat16", "nt")),
+    (gemv(1, 16, 1024, 1), Shape(1, 4096, 4096, "bfloat16", "nt")),
     (dot("tiled", 128, 128, 64, NUM_WARPS=8, NUM_STAGES=3, ACC_FP16=1),
      Shape(1024, 1024, 1024, "float16", "nn", "fp16")),
 ]
@@ -157,11 +167,13 @@ def test_every_triton_variant_compiles_for_sm90a_with_the_instructions_it_is_for
     assert found["tiled", 0]["instructions"]["UTMALDG"] == 0
     assert found["gemv", None]["instructions"]["FFMA"] > 0  # CUDA cores, no tensor cores
     assert found["gemv", None]["instructions"]["HGMMA"] == 0
+    assert found["gemv", None]["instructions"]["LDG.E.128"] > 0  # B in 16-byte vectors
     assert found["tiled", 1]["instructions"]["HGMMA"] > 0  # float16 accumulation, still wgmma
     assert set(found["splitk", 0]["kernels"]) == {"_partials", "_sum_splits"}
     assert set(found["streamk", 0]["kernels"]) == {"_stream", "_fix_split_tiles"}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_the_cuda_kernel_compiles_for_sm90a_with_wgmma_and_tma(tmp_path):
     import triton  # its wheel carries cuobjdump
@@ -173,7 +185,9 @@ def test_the_cuda_kernel_compiles_for_sm90a_with_wgmma_and_tma(tmp_path):
     sass = subprocess.run([triton.knobs.nvidia.cuobjdump.path, "-sass", str(obj)],
                           capture_output=True, text=True, timeout=120).stdout
     kernels_built = sass.count("Function : ")
-    assert kernels_built == 16  # 4 tiles x 2 dtypes x 2 B layouts
+    # per dtype and B layout: 3, 4 or 6 stages asked for, capped by each tile's budget: 128x256
+    # holds 4 (3, 4), 128x128 6 (3, 4, 6), 64x256 5 (3, 4, 5), 64x128 8 (3, 4, 6)
+    assert kernels_built == 2 * 2 * (2 + 3 + 3 + 3)
     assert "HGMMA.64x256x16.F32.BF16" in sass and "HGMMA.64x128x16.F32" in sass
     assert "UTMALDG.2D" in sass  # cp.async.bulk.tensor
     assert "USETMAXREG" in sass  # setmaxnreg moved registers to the consumers
@@ -419,22 +433,74 @@ def test_matmul_falls_back_to_torch_on_the_cpu_and_for_other_inputs():
     assert dispatch.matmul(batched, torch.randn(16, 4)).shape == (2, 8, 4)
 
 
-def test_the_dispatcher_follows_the_table_and_never_runs_what_cannot_run_here():
-    win, lose = Shape(64, 64, 64), Shape(128, 128, 128)
+def test_the_dispatcher_follows_the_table_per_mode_and_never_runs_what_cannot_run_here():
+    win, lose, graph_only = Shape(64, 64, 64), Shape(128, 128, 128), Shape(32, 64, 64)
     cuda_only = Shape(256, 256, 256)
     config = dot("tiled", 64, 64, 64)
     table = Table()
     table.add(TableEntry(win, config, True, {}))
     table.add(TableEntry(lose, config, False, {}))
-    table.add(TableEntry(cuda_only, Config.of("wgmma", BLOCK_M=128, BLOCK_N=128), True, {}))
+    table.add(TableEntry(graph_only, config, False, {}, use_in_graph=True))
+    cuda_kernel = Config.of("wgmma", BLOCK_M=128, BLOCK_N=128, NUM_STAGES=4, GROUP_M=8)
+    table.add(TableEntry(cuda_only, cuda_kernel, True, {}))
     dispatcher = dispatch.Dispatcher(table)
     cpu = torch.device("cpu")
-    assert dispatcher.choose_shape(win, cpu) == config
-    assert dispatcher.choose_shape(lose, cpu) is None
-    assert dispatcher.choose_shape(cuda_only, cpu) is None  # the CUDA kernel needs the GPU
-    assert dispatcher.choose_shape(Shape(512, 512, 512), cpu) is None  # unseen, no retrieval
+    assert dispatcher.choose_shape(win, cpu) == (config, config)
+    assert dispatcher.choose_shape(lose, cpu) == (None, None)
+    assert dispatcher.choose_shape(graph_only, cpu) == (None, config)
+    assert dispatcher.choose_shape(cuda_only, cpu) == (None, None)  # the CUDA kernel needs a GPU
+    assert dispatcher.choose_shape(Shape(512, 512, 512), cpu) == (None, None)  # no retrieval
 
 
+@pytest.fixture
+def routed(monkeypatch):
+    """A dispatcher whose table sends 32x64x64 to a kernel in graphs only, with CPU tensors
+    treated as dispatchable (shape_of ignores the device) and the capture flag under control."""
+    shape, config = Shape(32, 64, 64), dot("tiled", 32, 64, 64)
+    table = Table()
+    table.add(TableEntry(shape, config, False, {}, use_in_graph=True))
+    capturing = {"now": False}
+
+    def any_device(a, b, accumulate="fp32", aligned=True):
+        if a.dtype != torch.float16 or layout_of(b) != "nn":
+            return None
+        return Shape(a.shape[0], b.shape[1], a.shape[1])
+
+    monkeypatch.setattr(dispatch, "shape_of", any_device)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing["now"])
+    active = dispatch.use_table(table, retrieval=False)
+    return active, config, capturing
+
+
+def test_route_decides_once_per_signature_and_follows_the_capture_flag(routed):
+    active, config, capturing = routed
+    a, b = torch.randn(32, 64, dtype=torch.float16), torch.randn(64, 64, dtype=torch.float16)
+    for _ in range(50):
+        assert active.route(a, b) is None  # eager: torch.matmul
+    capturing["now"] = True
+    assert active.route(a, b) == config  # captured in a graph: the kernel
+    assert active.decisions == 1  # worked out once, then served from the cache
+    odd = torch.randn(32 * 64 + 1, dtype=torch.float16)[1:].view(32, 64)
+    assert odd.data_ptr() % dispatch.ALIGNMENT and active.route(odd, b) is None
+    out = torch.empty(32, 64, dtype=torch.float16)
+    assert dispatch.matmul(a, b, out=out) is out  # the kernel (interpreter) writes into out
+    assert relative_error(out, a.float() @ b.float()) <= tolerance(Shape(32, 64, 64))
+    strided = torch.empty(64, 32, dtype=torch.float16).T  # not row-major: torch.matmul's job
+    assert torch.equal(dispatch.matmul(a, b, out=strided), torch.matmul(a, b))
+    capturing["now"] = False
+    assert torch.equal(dispatch.matmul(a, b), torch.matmul(a, b))
+
+
+def test_the_dispatchers_host_overhead_is_measured_and_small_on_the_cpu_path():
+    dispatch.use_table(Table(), retrieval=False)
+    a, b = torch.randn(4, 8, dtype=torch.float16), torch.randn(8, 4, dtype=torch.float16)
+    cost = dispatch.host_overhead(a, b, calls=300)
+    assert 0 < cost.route_us < 25  # a tuple, a dict lookup: microseconds even on a busy core
+    assert cost.extra_us < 25 and cost.to_json()["calls"] == 300
+    assert dispatch.active().decisions == 1
+
+
+@pytest.mark.slow
 def test_the_operator_works_under_torch_compile_through_its_fake():
     dispatch.use_table(Table(), retrieval=False)
     a, b = torch.randn(8, 16, dtype=torch.float16), torch.randn(16, 4, dtype=torch.float16)
@@ -445,6 +511,15 @@ def test_the_operator_works_under_torch_compile_through_its_fake():
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
     assert torch.equal(compiled(a, b), model(a, b))
     torch.library.opcheck(torch.ops.solforge.hgemm.default, (a, b))
+    out = torch.empty(8, 4, dtype=torch.float16)
+    torch.library.opcheck(torch.ops.solforge.hgemm_out.default, (a, b, out))
+
+    def into(x, y, z):
+        dispatch.matmul(x, y, out=z)
+        return z * 1
+
+    compiled_into = torch.compile(into, backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled_into(a, b, out), torch.matmul(a, b))
 
 
 # -- the benchmark summary ---------------------------------------------------------------------
@@ -475,6 +550,26 @@ def test_the_summary_gives_the_goal_numbers():
     assert summary["dispatch_vs_torch_by_set"]["decode"]["shapes"] == 1
     assert "| 8192^3 |" in markdown(summary, rows)
     assert speedups([("a", math.nan)], 0.02).shapes == 0
+    assert summary["goal"]["slower_than_fixed_noise"]["offline"]["kernel"] == 1
+
+
+def test_slower_beyond_noise_allows_for_the_scatter_each_run_measured():
+    shape = Shape(1, 4096, 4096, "bfloat16", "nt")
+    times = {"kernel": {"dispatch": 1.05, "torch": 1.0}, "graph": {"dispatch": 1.05,
+                                                                  "torch": 1.0}}
+    spreads = {"kernel": {"dispatch": 0.01, "torch": 0.01}, "graph": {"dispatch": 0.4,
+                                                                     "torch": 0.4}}
+    noisy = BenchRow(shape, "x", {}, {"offline": times}, spreads={"offline": spreads},
+                     rounds=8)
+    assert noisy.noise("torch", "offline", "kernel", 0.02) == 0.02  # tight: the floor
+    band = noisy.noise("torch", "offline", "graph", 0.02)
+    assert band == pytest.approx(2 * 1.2533 * math.hypot(0.4, 0.4) / 2.563 / math.sqrt(8))
+    summary = summarize_bench([noisy], Table())
+    offline = summary["dispatch_speedup"]["torch"]["offline"]
+    assert offline["kernel"]["below_noise"] == 1  # 5% slower, measured tightly: a loss
+    assert offline["graph"]["below_noise"] == 0  # 5% inside a 17% scatter band: not shown
+    assert offline["graph"]["below_fixed_noise"] == 1  # but kept in the plain count
+    assert BenchRow.from_json(noisy.to_json()) == noisy
 
 
 # -- on the GPU --------------------------------------------------------------------------------
@@ -512,8 +607,9 @@ def test_the_wgmma_kernel_is_correct_for_each_tile(dtype, layout):
     for size in ((200, 264, 1000), (4096, 4096, 4096), (64, 128, 64)):
         shape = Shape(*size, dtype, layout)
         operands = random_operands(shape, device)
-        for block_m, block_n in wgmma.TILES:
-            config = Config.of("wgmma", BLOCK_M=block_m, BLOCK_N=block_n)
+        for (block_m, block_n), stages in itertools.product(wgmma.TILES, wgmma.STAGES):
+            config = Config.of("wgmma", BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=stages,
+                               GROUP_M=stages // 2)  # 1, 2, 3: ragged tile groups as well
             out = torch.full((shape.m, shape.n), float("nan"), dtype=shape.torch_dtype,
                              device=device)
             kernels.launch(config, operands.a, operands.b, out)
@@ -535,18 +631,23 @@ def test_the_dispatcher_runs_its_kernel_in_cuda_graphs_and_under_torch_compile()
     shape = Shape(64, 64, 16384)
     config = dot("splitk", 64, 64, 64, SPLIT_K=8)
     table = Table()
-    table.add(TableEntry(shape, config, True, {}))
+    table.add(TableEntry(shape, config, False, {}, use_in_graph=True))  # won in graphs only
     dispatch.use_table(table, retrieval=False)
     operands = random_operands(shape, torch.device("cuda"))
     a, b = operands.a, operands.b
-    assert dispatch.active().choose(a, b) == config
+    assert dispatch.active().choose(a, b, mode=dispatch.GRAPH) == config
+    assert dispatch.active().route(a, b) is None  # eager: torch.matmul
     graph = torch.cuda.CUDAGraph()
     dispatch.matmul(a, b)  # warm-up outside the capture
     with torch.cuda.graph(graph):
+        routed = dispatch.active().route(a, b)
         captured = dispatch.matmul(a, b)
     graph.replay()
     torch.cuda.synchronize()
+    assert routed == config
     assert relative_error(captured, operands.reference) <= tolerance(shape)
+    cost = dispatch.host_overhead(a, b, calls=500)
+    assert cost.route_us < 10 and cost.extra_us < 15  # microseconds a call on the host
     compiled = torch.compile(lambda x, y: dispatch.matmul(x, y) * 1, fullgraph=True)
     assert relative_error(compiled(a, b), operands.reference) <= tolerance(shape)
 
@@ -569,20 +670,168 @@ def test_tune_and_bench_end_to_end_on_the_gpu(tmp_path):
     assert all(r.time("dispatch", "server", "graph") for r in rows)
 
 
-def test_the_gpu_scripts_pass_tunes_benchmarks_resumes_and_reports(tmp_path):
+def load_script():
     spec = importlib.util.spec_from_file_location("hgemm_gpu", REPO / "benchmarks" /
                                                   "hgemm_gpu.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+FAST_BENCH = BenchSettings(rounds=2, modes=("offline", "server"), server_gap_ms=0.0)
+
+
+def test_the_gpu_scripts_pass_tunes_benchmarks_resumes_and_reports(tmp_path):
+    script = load_script()
     run = script.Run(tmp_path)
     shapes = TINY[:3]
-    fast = script.BenchSettings(rounds=2, modes=("offline", "server"), server_gap_ms=0.0)
-    script.run_pass(run, shapes[:2], 1e9, FakeMeasurer(), 4, QUICK, fast)
-    script.run_pass(run, shapes, 1e9, FakeMeasurer(), 4, QUICK, fast)
+    script.run_pass(run, shapes[:2], 1e9, FakeMeasurer(), 4, QUICK, FAST_BENCH)
+    script.run_pass(run, shapes, 1e9, FakeMeasurer(), 4, QUICK, FAST_BENCH)
     assert len(load_table(run.table)) == 3
     rows = [json.loads(line) for line in run.rows.read_text().splitlines()]
-    assert [r["key"] for r in rows] == [s.key for s in shapes]  # each shape once, in order
+    assert sorted(r["key"] for r in rows) == sorted(s.key for s in shapes)  # each shape once
+    probes = [json.loads(line)["key"] for line in run.probes.read_text().splitlines()]
+    assert sorted(probes) == sorted(s.key for s in shapes)  # each probed once, then kept
     script.write_report(run)
     summary = json.loads(run.summary.with_suffix(".json").read_text())
     assert summary["shapes"] == 3
     assert summary["dispatch_speedup"]["torch"]["server"]["graph"]["shapes"] == 3
+    assert summary["goal"]["slower_beyond_noise"]["server"]["graph"] == 0
+    shipped = load_table(run.shipped)  # what src/solforge/hgemm/tables/ would ship
+    assert len(shipped) == 3 and all(e.candidates == () for e in shipped)
+    assert [e.use_kernel for e in shipped] == [e.use_kernel for e in load_table(run.table)]
+
+
+def test_the_pass_spends_its_tuning_share_then_benchmarks_untuned_shapes(tmp_path):
+    script = load_script()
+    run = script.Run(tmp_path)
+    run.elapsed = lambda: 0.0
+    script.REPORT_RESERVE_S = 0.0
+    # a clock that moves one second a reading: each shape takes about its estimate (~1 s), so
+    # a tuning share of 3 s holds one shape, and the 10 s left then benchmark the rest
+    script.run_pass(run, TINY, 10.0, FakeMeasurer(), 4, QUICK, FAST_BENCH, tune_share=0.3,
+                    clock=FakeClock(1.0))
+    table, rows = load_table(run.table), load_rows(run.rows)
+    assert len(table) == 1  # the tuning share ran out
+    assert len(rows) == len(TINY)  # the rest benchmarked untuned, through torch.matmul
+    assert all(r.choice == "torch.matmul" for r in rows if table.get(r.shape) is None)
+
+
+class ExplodingError(Exception):
+    """Stands for cuda.core's CUDAError: not a RuntimeError."""
+
+
+class ExplodingPlan:
+    def execute(self) -> None:
+        return None
+
+    def free(self) -> None:
+        raise ExplodingError("CUDA_ERROR_INVALID_VALUE")
+
+
+def test_a_baseline_that_fails_on_one_shape_is_recorded_for_that_shape_and_the_run_goes_on(
+        tmp_path, monkeypatch):
+    script = load_script()
+    bad = TINY[1]
+
+    def baselines_with_a_bad_one(operands, names=(), autotune_iterations=5):
+        found = make_baselines(operands, ("torch",))
+        out = torch.empty_like(found.baselines["torch"].out)
+        failing = operands.a.shape[0] == bad.m and out.shape[1] == bad.n
+
+        def call() -> None:
+            if failing:
+                raise ExplodingError("cuBLASLt refused the shape")
+            torch.matmul(operands.a, operands.b, out=out)
+
+        found.baselines["cublaslt_autotuned"] = Baseline(call, out)
+        found._plans.append(("cublaslt_autotuned", ExplodingPlan()))  # free() raises
+        return found
+
+    monkeypatch.setattr(script, "make_baselines", baselines_with_a_bad_one)
+    run = script.Run(tmp_path)
+    script.run_pass(run, TINY[:3], 1e9, FakeMeasurer(), 4, QUICK, FAST_BENCH)
+    table, rows = load_table(run.table), {r.shape.key: r for r in load_rows(run.rows)}
+    assert len(table) == 3 and len(rows) == 3  # every shape tuned and benchmarked
+    failed = table.get(bad)
+    assert failed.times["cublaslt_autotuned"].kernel_ms is None
+    assert any("cublaslt_autotuned failed at this shape: ExplodingError" in n
+               for n in failed.notes)
+    log = (tmp_path / "h200-hgemm-log.txt").read_text()
+    assert log.count("could not be freed") == 3  # close() logged it, never raised
+    assert rows[bad.key].time("cublaslt_autotuned") is None
+    assert rows[bad.key].time("dispatch") is not None
+    good = table.get(TINY[0])
+    assert good.time("cublaslt_autotuned") is not None
+
+
+def test_release_frees_after_an_eager_execute_and_never_raises():
+    calls = []
+
+    class Plan:
+        def execute(self) -> None:
+            calls.append("execute")
+
+        def free(self) -> None:
+            calls.append("free")
+
+    assert release(Plan()) is None and calls == ["execute", "free"]
+    assert "could not be freed" in release(ExplodingPlan())
+
+
+# -- the roofline and the per-mode rule --------------------------------------------------------
+
+def test_the_roofline_floor_is_flops_or_bytes_at_the_profiles_peaks():
+    roof = roof_for("NVIDIA H200")
+    assert roof.tensor_flops == pytest.approx(989.4e12) and roof.dram_bytes_per_s == 4.8e12
+    cube = Shape(8192, 8192, 8192)
+    assert floor_seconds(cube, roof) == pytest.approx(2 * 8192**3 / 989.4e12)
+    decode = Shape(1, 4096, 4096, "bfloat16", "nt")
+    assert floor_seconds(decode, roof) == pytest.approx(2 * (4096 + 4096**2 + 4096) / 4.8e12)
+    assert headroom(decode, 2 * floor_seconds(decode, roof), roof) == pytest.approx(1.0)
+    assert candidates_for(0.01, 12) == 0 and candidates_for(0.1, 12) == 2
+    assert candidates_for(0.25, 12) == 6 and candidates_for(3.0, 12) == 12
+    order = plan_order(TINY[:3], {TINY[0].key: 0.1, TINY[2].key: 2.0}, lambda s: 1.0)
+    assert order == [TINY[2], TINY[0], TINY[1]]  # most headroom first; unprobed last
+
+
+def test_a_shape_where_cublas_is_at_the_roofline_is_not_searched(tmp_path):
+    shape = TINY[0]
+    at_floor_ms = floor_seconds(shape, roof_for(None)) * 1e3 * 1.01
+    table_path = tmp_path / "table.jsonl"
+    tune([shape], table_path, FakeMeasurer(torch_ms=at_floor_ms), QUICK, sm_count=4)
+    entry = load_table(table_path).get(shape)
+    assert entry.best is None and not entry.use_kernel and entry.candidates == ()
+    assert any("0 candidates" in note for note in entry.notes)
+
+
+def test_each_mode_uses_the_kernel_only_where_it_won_beyond_noise_in_that_mode():
+    torch_times = MethodTimes(1.0, 1.0, server_kernel_ms=1.0, server_graph_ms=1.0)
+    graph_loses = MethodTimes(0.9, 1.01, server_kernel_ms=0.9, server_graph_ms=0.9)
+    assert mode_choices(graph_loses, torch_times, 0.02) == (True, False)
+    server_loses = MethodTimes(0.9, 0.9, server_kernel_ms=0.99, server_graph_ms=0.9)
+    assert mode_choices(server_loses, torch_times, 0.02) == (False, True)
+    unmeasured = MethodTimes(0.9, 0.9)
+    assert mode_choices(unmeasured, torch_times, 0.02) == (False, False)
+
+
+def test_hgemm_show_says_what_each_mode_runs(tmp_path):
+    from typer.testing import CliRunner
+
+    from solforge.cli import app
+
+    table_path = tmp_path / "table.jsonl"
+    config = dot("tiled", 64, 64, 64)
+    append_entry(table_path, TableEntry(Shape(64, 64, 64), config, True, {},
+                                        use_in_graph=False))
+    result = CliRunner().invoke(app, ["hgemm", "show", "--table", str(table_path)])
+    assert result.exit_code == 0, result.output
+    assert "runs in CUDA graphs" in result.output and "torch.matmul" in result.output
+    assert load_table(table_path).get(Shape(64, 64, 64)).use_in_graph is False
+
+
+def test_the_gpu_script_plans_a_call_without_a_gpu():
+    script = load_script()
+    lines = script.plan(select_shapes(["grid", "decode"]), 450.0, 0.75)
+    assert lines[0].startswith("plan: grid: 1000 shapes") and "decode: 66 shapes" in lines[1]
+    assert "Triton kernel sets to precompile" in lines[-1] and "450 s" in lines[-1]

@@ -127,15 +127,16 @@ def show(
 def _print_table(loaded) -> None:
     from solforge.hgemm.space import set_of
 
-    counts: dict[tuple[str, str], int] = {}
+    counts: dict[tuple[str, str, str], int] = {}
     for entry in loaded:
-        chosen = entry.best.kernel if entry.use_kernel and entry.best else "torch.matmul"
-        key = (set_of(entry.shape), chosen)
+        eager = entry.best.kernel if entry.use_kernel and entry.best else "torch.matmul"
+        graph = entry.best.kernel if entry.use_in_graph and entry.best else "torch.matmul"
+        key = (set_of(entry.shape), eager, graph)
         counts[key] = counts.get(key, 0) + 1
     view = RichTable(title=f"{len(loaded)} tuned shapes: what the dispatcher runs",
                      title_justify="left")
-    for column in ("set", "runs", "shapes"):
+    for column in ("set", "runs eagerly", "runs in CUDA graphs", "shapes"):
         view.add_column(column, justify="right" if column == "shapes" else "left")
-    for (name, chosen), count in sorted(counts.items()):
-        view.add_row(name, chosen, str(count))
+    for (name, eager, graph), count in sorted(counts.items()):
+        view.add_row(name, eager, graph, str(count))
     console.print(view)

@@ -10,6 +10,12 @@ each timed kernel-only (profiler kernel records: no host launch cost) and by CUD
 replay. CUDA-L2 timed one call between two host synchronizes,
 launch overhead included; neither time here includes it.
 
+"Slower beyond noise" compares the dispatcher with each library shape by shape: a ratio under
+1 - max(noise, band), where band is twice the standard error of the difference of the two
+medians, from the spread each showed in that very run (BenchRow.noise), so a timing that
+scatters (server mode's idle GPU, a graph's first replay) is not read as a loss; the count
+under plain 1 - noise is kept beside it.
+
 Rows are appended to a JSON-lines file as each shape finishes (resumable, like the tuner).
 `summarize` turns rows and the tuned table into the goal numbers: the dispatcher's geometric
 mean speedup over torch.matmul and its worst shape, per mode and timing; the share of shapes
@@ -25,8 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from solforge.hgemm import dispatch
-from solforge.hgemm.baselines import BASELINES, BaselineSet, make_baselines
+from solforge.hgemm.baselines import BASELINES, BaselineSet, baseline_checks, make_baselines
 from solforge.hgemm.budget import (
     CALL_OVERHEAD_S,
     SHAPE_OVERHEAD_S,
@@ -37,6 +45,7 @@ from solforge.hgemm.budget import (
 from solforge.hgemm.measure import Measurer, Operands, failure, median_ms, relative_error
 from solforge.hgemm.space import GRID_SIZES, Shape, set_of, tolerance
 from solforge.hgemm.table import Table, append_jsonl, environment, read_jsonl
+from solforge.measure.timing import Timing
 
 METHODS = ("dispatch", *BASELINES)
 MODES = ("offline", "server")
@@ -63,20 +72,35 @@ class BenchRow:
     notes: tuple[str, ...] = ()
     environment: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    spreads: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # as times
+    rounds: int = 0  # timed calls behind each median
 
     def time(self, method: str, mode: str = "offline", timing: str = "kernel") -> float | None:
         return self.times.get(mode, {}).get(timing, {}).get(method)
 
+    def noise(self, method: str, mode: str, timing: str, floor: float) -> float:
+        """The relative difference between `method` and "dispatch" that their own measured
+        scatter can explain: twice the standard error of the difference of two medians (for
+        near-normal times the median's standard error is 1.2533 sigma / sqrt(n), and
+        (p90 - p10) / median is 2.563 sigma / median), never below `floor`."""
+        spread = self.spreads.get(mode, {}).get(timing, {})
+        if self.rounds < 1 or method not in spread or "dispatch" not in spread:
+            return floor
+        sigma = math.hypot(spread[method], spread["dispatch"]) / 2.563
+        return max(floor, 2 * 1.2533 * sigma / math.sqrt(self.rounds))
+
     def to_json(self) -> dict[str, Any]:
         return {"shape": self.shape.to_json(), "key": self.shape.key, "choice": self.choice,
                 "errors": self.errors, "times": self.times, "notes": list(self.notes),
-                "environment": self.environment, "seconds": self.seconds}
+                "environment": self.environment, "seconds": self.seconds,
+                "spreads": self.spreads, "rounds": self.rounds}
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> BenchRow:
         return cls(Shape.from_json(record["shape"]), record["choice"], record["errors"],
                    record["times"], tuple(record.get("notes", ())),
-                   record.get("environment", {}), float(record.get("seconds", 0.0)))
+                   record.get("environment", {}), float(record.get("seconds", 0.0)),
+                   record.get("spreads", {}), int(record.get("rounds", 0)))
 
 
 def estimate_seconds(shape: Shape, settings: BenchSettings = BenchSettings()) -> float:
@@ -92,42 +116,50 @@ def bench_shape(shape: Shape, measurer: Measurer, settings: BenchSettings = Benc
                 clock: Callable[[], float] = time.monotonic, operands: Operands | None = None,
                 baselines: BaselineSet | None = None) -> BenchRow:
     """One shape: errors, then offline and server timings of every method. The dispatcher is
-    the active one (dispatch.use_table). `operands` and `baselines` may be shared with the
-    tuning of the same shape."""
+    the active one (dispatch.use_table) and, like every baseline, writes into an output made
+    before the timing, so no method's time includes an allocation the others do not make.
+    `operands` and `baselines` may be shared with the tuning of the same shape."""
     began = clock()
     operands = operands or measurer.operands(shape)
     a, b = operands.a, operands.b
-    config = dispatch.active().choose(a, b, shape.accumulate)
+    active = dispatch.active()
+    eager = active.choose(a, b, shape.accumulate, dispatch.EAGER)
+    graph = active.choose(a, b, shape.accumulate, dispatch.GRAPH)
     found = baselines or make_baselines(operands, BASELINES, settings.autotune_iterations)
+    out = torch.empty((shape.m, shape.n), dtype=a.dtype, device=a.device)
     try:
-        errors = {"dispatch": relative_error(dispatch.matmul(a, b, shape.accumulate),
-                                             operands.reference)}
-        for name, baseline in found.baselines.items():
-            baseline.call()
-            measurer.synchronize()
-            errors[name] = relative_error(baseline.out, operands.reference)
-        calls = {"dispatch": lambda: dispatch.matmul(a, b, shape.accumulate), **found.calls()}
-        times, notes = _timed(calls, measurer, settings)
+        def dispatched() -> object:
+            return dispatch.matmul(a, b, shape.accumulate, out=out)
+
+        errors, working, notes = baseline_checks(found, measurer, operands)
+        errors["dispatch"] = relative_error(dispatched(), operands.reference)
+        times, spreads, timing_notes = _timed({"dispatch": dispatched, **working}, measurer,
+                                              settings)
     finally:
         if baselines is None:
             found.close()
-    return BenchRow(shape, config.label if config else "torch.matmul", errors, times,
-                    tuple(found.notes + notes), environment(), clock() - began)
+    label = eager.label if eager else "torch.matmul"
+    notes.append(f"in CUDA graphs: {graph.label if graph else 'torch.matmul'}")
+    return BenchRow(shape, label, errors, times, tuple(found.notes + notes + timing_notes),
+                    environment(), clock() - began, spreads, settings.rounds)
 
 
-def _timed(calls, measurer: Measurer, settings: BenchSettings
-           ) -> tuple[dict[str, dict[str, dict[str, float | None]]], list[str]]:
+def _timed(calls, measurer: Measurer, settings: BenchSettings) -> tuple[dict, dict, list[str]]:
+    """Medians and spreads by mode, timing and method, and notes of what failed."""
     times: dict[str, dict[str, dict[str, float | None]]] = {}
+    spreads: dict[str, dict[str, dict[str, float]]] = {}
     notes = []
     for mode in settings.modes:
         gap = settings.server_gap_ms / 1e3 if mode == "server" else None
-        times[mode] = {}
+        times[mode], spreads[mode] = {}, {}
         for timing in TIMINGS:
             results = measurer.time(calls, timing, settings.rounds, gap)
             times[mode][timing] = {name: median_ms(result) for name, result in results.items()}
+            spreads[mode][timing] = {name: result.spread for name, result in results.items()
+                                     if isinstance(result, Timing)}
             notes += [f"{name} {mode} {timing}: {failure(result)}"
                       for name, result in results.items() if failure(result)]
-    return times, notes
+    return times, spreads, notes
 
 
 def bench(shapes: Sequence[Shape], rows_path: Path, measurer: Measurer,
@@ -175,21 +207,25 @@ class Speedups:
     minimum: float | None
     worst: str | None  # the shape of the minimum
     below_one: int
-    below_noise: int  # under 1 - noise: slower beyond noise
+    below_noise: int  # slower beyond noise: under 1 - max(noise, the pair's measured scatter)
+    below_fixed_noise: int = 0  # under 1 - noise, whatever the scatter
 
     def to_json(self) -> dict[str, Any]:
         return self.__dict__.copy()
 
 
-def speedups(pairs: Iterable[tuple[str, float]], noise: float) -> Speedups:
-    """Summary of (shape key, speedup) pairs, NaN speedups left out."""
-    kept = [(key, ratio) for key, ratio in pairs if not math.isnan(ratio)]
+def speedups(pairs: Iterable[tuple], noise: float) -> Speedups:
+    """Summary of (shape key, speedup) or (shape key, speedup, noise band) triples, NaN
+    speedups left out; a pair without a band has `noise`."""
+    kept = [(pair[0], pair[1], pair[2] if len(pair) > 2 else noise) for pair in pairs
+            if not math.isnan(pair[1])]
     if not kept:
-        return Speedups(0, None, None, None, 0, 0)
-    ratios = [ratio for _, ratio in kept]
-    worst_key, worst = min(kept, key=lambda pair: pair[1])
+        return Speedups(0, None, None, None, 0, 0, 0)
+    ratios = [ratio for _, ratio, _ in kept]
+    worst_key, worst, _ = min(kept, key=lambda pair: pair[1])
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     return Speedups(len(kept), geomean, worst, worst_key, sum(r < 1 for r in ratios),
+                    sum(ratio < 1 - band for _, ratio, band in kept),
                     sum(r < 1 - noise for r in ratios))
 
 
@@ -200,42 +236,70 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02) -> di
     for baseline in BASELINES:
         against[baseline] = {
             mode: {timing: speedups(((row.shape.key, _ratio(row.time(baseline, mode, timing),
-                                                            row.time("dispatch", mode, timing)))
+                                                            row.time("dispatch", mode, timing)),
+                                      row.noise(baseline, mode, timing, noise))
                                      for row in rows), noise).to_json()
                    for timing in TIMINGS}
             for mode in modes}
-    by_set = {name: speedups(((row.shape.key, _ratio(row.time("torch"), row.time("dispatch")))
-                              for row in rows if set_of(row.shape) == name), noise).to_json()
-              for name in ("grid", "decode", "prefill", "other")}
-    offline = against["torch"].get("offline", {}).get("kernel", {})
+    by_set = {timing: {name: speedups(((row.shape.key, _ratio(row.time("torch", "offline", timing),
+                                                            row.time("dispatch", "offline",
+                                                                     timing)),
+                                        row.noise("torch", "offline", timing, noise))
+                                       for row in rows if set_of(row.shape) == name),
+                                      noise).to_json()
+                       for name in ("grid", "decode", "prefill", "other")}
+              for timing in TIMINGS}
+    offline = against["torch"].get("offline", {})
+    slower = {mode: {timing: against["torch"][mode][timing]["below_noise"] for timing in TIMINGS}
+              for mode in modes}
+    slower_fixed = {mode: {timing: against["torch"][mode][timing]["below_fixed_noise"]
+                           for timing in TIMINGS} for mode in modes}
+    versus_lt = _tuned_vs_autotuned(table, noise)
     return {
         "shapes": len(rows),
         "dispatch_speedup": against,
-        "dispatch_vs_torch_by_set": by_set,
-        "tuned_vs_cublaslt_autotuned": _tuned_vs_autotuned(table),
+        "dispatch_vs_torch_by_set": by_set["kernel"],
+        "dispatch_vs_torch_by_set_graph": by_set["graph"],
+        "tuned_vs_cublaslt_autotuned": versus_lt,
         "large_cubes": _large_cubes(rows, table),
         "errors_over_tolerance": _errors_over_tolerance(rows),
         "goal": {
             "geomean_target": GOAL_GEOMEAN,
-            "geomean_offline_kernel": offline.get("geomean"),
-            "geomean_met": (offline.get("geomean") or 0) >= GOAL_GEOMEAN,
-            "worst_offline_kernel": offline.get("minimum"),
-            "no_shape_slower_beyond_noise": offline.get("below_noise") == 0,
+            "grid_shapes": by_set["kernel"]["grid"]["shapes"],
+            "grid_geomean_offline_kernel": by_set["kernel"]["grid"]["geomean"],
+            "grid_geomean_offline_graph": by_set["graph"]["grid"]["geomean"],
+            "geomean_offline_kernel": offline.get("kernel", {}).get("geomean"),
+            "geomean_offline_graph": offline.get("graph", {}).get("geomean"),
+            "geomean_met": (by_set["kernel"]["grid"]["geomean"] or 0) >= GOAL_GEOMEAN,
+            "graph_geomean_at_least_one": (by_set["graph"]["grid"]["geomean"] or 0) >= 1.0,
+            "worst_offline_kernel": offline.get("kernel", {}).get("minimum"),
+            "slower_beyond_noise": slower,
+            "slower_than_fixed_noise": slower_fixed,  # 1 - noise, the scatter left aside
+            "noise": noise,
+            "no_shape_slower_beyond_noise": all(count == 0 for timings in slower.values()
+                                                for count in timings.values()),
+            "tuned_at_least_as_fast_as_cublaslt_autotuned": versus_lt["kernel"][
+                "fraction_at_least_as_fast"],
         },
         "environment": rows[0].environment if rows else {},
     }
 
 
-def _tuned_vs_autotuned(table: Table) -> dict[str, Any]:
-    """Share of shapes where the tuned kernel alone beats autotuned cuBLASLt."""
+def _tuned_vs_autotuned(table: Table, noise: float) -> dict[str, Any]:
+    """Share of shapes where the tuned kernel alone beats autotuned cuBLASLt ("tuned_faster"),
+    and where it is at least as fast within the noise ("at_least_as_fast")."""
     result = {}
     for timing in TIMINGS:
         pairs = [(entry.time("cublaslt_autotuned", timing), entry.time("tuned", timing))
                  for entry in table]
         compared = [(lt, tuned) for lt, tuned in pairs if lt and tuned]
         wins = sum(tuned < lt for lt, tuned in compared)
-        result[timing] = {"shapes": len(compared), "tuned_faster": wins,
-                          "fraction": wins / len(compared) if compared else None}
+        level = sum(tuned <= lt * (1 + noise) for lt, tuned in compared)
+        total = len(compared)
+        result[timing] = {"shapes": total, "tuned_faster": wins,
+                          "fraction": wins / total if total else None,
+                          "at_least_as_fast": level,
+                          "fraction_at_least_as_fast": level / total if total else None}
     return result
 
 
@@ -264,8 +328,19 @@ def _errors_over_tolerance(rows: Sequence[BenchRow]) -> list[dict[str, Any]]:
 
 def markdown(summary: dict[str, Any], rows: Sequence[BenchRow]) -> str:
     """The summary as a Markdown report (headline numbers, per set, large cubes, decode)."""
+    goal = summary["goal"]
     lines = ["# HGEMM: dispatcher vs cuBLAS on " + str(summary["environment"].get("gpu", "?")),
-             "", _environment_line(summary["environment"]), "",
+             "", _environment_line(summary["environment"]), "", "## Goals", "",
+             f"- grid shapes benchmarked: {goal['grid_shapes']} (goal: 1,000)",
+             f"- grid geomean vs torch.matmul, kernel-only: "
+             f"{_number(goal['grid_geomean_offline_kernel'])} (goal: {GOAL_GEOMEAN}); "
+             f"CUDA graph: {_number(goal['grid_geomean_offline_graph'])} (goal: 1.0)",
+             f"- shapes slower than torch.matmul beyond noise, per mode and timing: "
+             f"{goal['slower_beyond_noise']} (goal: none); by more than {goal['noise']:.0%} "
+             f"whatever the scatter: {goal['slower_than_fixed_noise']}",
+             f"- tuned kernel at least as fast as autotuned cuBLASLt: "
+             f"{_number(goal['tuned_at_least_as_fast_as_cublaslt_autotuned'])} of the shapes "
+             f"compared (goal: 0.5)", "",
              "## Dispatcher speedup (geometric mean, worst shape, shapes slower beyond noise)",
              "", "| baseline | mode | timing | shapes | geomean | worst | worst shape | "
              "slower beyond noise |", "|---|---|---|---|---|---|---|---|"]
@@ -275,17 +350,22 @@ def markdown(summary: dict[str, Any], rows: Sequence[BenchRow]) -> str:
                 lines.append(f"| {baseline} | {mode} | {timing} | {s['shapes']} | "
                              f"{_number(s['geomean'])} | {_number(s['minimum'])} | "
                              f"{s['worst']} | {s['below_noise']} |")
-    lines += ["", "## Per shape set (vs torch.matmul, offline, kernel-only)", "",
-              "| set | shapes | geomean | worst | slower beyond noise |", "|---|---|---|---|---|"]
-    for name, s in summary["dispatch_vs_torch_by_set"].items():
-        if s["shapes"]:
-            lines.append(f"| {name} | {s['shapes']} | {_number(s['geomean'])} | "
-                         f"{_number(s['minimum'])} | {s['below_noise']} |")
+    lines += ["", "## Per shape set (vs torch.matmul, offline)", "",
+              "| set | timing | shapes | geomean | worst | slower beyond noise |",
+              "|---|---|---|---|---|---|"]
+    for timing, key in (("kernel", "dispatch_vs_torch_by_set"),
+                        ("graph", "dispatch_vs_torch_by_set_graph")):
+        for name, s in summary[key].items():
+            if s["shapes"]:
+                lines.append(f"| {name} | {timing} | {s['shapes']} | {_number(s['geomean'])} | "
+                             f"{_number(s['minimum'])} | {s['below_noise']} |")
     lines += ["", "## Tuned kernel alone vs autotuned cuBLASLt", "",
-              "| timing | shapes | tuned faster | fraction |", "|---|---|---|---|"]
+              "| timing | shapes | tuned faster | fraction | at least as fast (noise) | fraction |",
+              "|---|---|---|---|---|---|"]
     for timing, s in summary["tuned_vs_cublaslt_autotuned"].items():
         lines.append(f"| {timing} | {s['shapes']} | {s['tuned_faster']} | "
-                     f"{_number(s['fraction'])} |")
+                     f"{_number(s['fraction'])} | {s['at_least_as_fast']} | "
+                     f"{_number(s['fraction_at_least_as_fast'])} |")
     lines += ["", "## Large cubes", "", "| shape | tuned / torch | tuned / cuBLASLt autotuned | "
               "dispatch / torch | tuned kernel |", "|---|---|---|---|---|"]
     for cube in summary["large_cubes"]:

@@ -20,7 +20,7 @@ Item = TypeVar("Item")
 # reference, plans, profiler sessions; a cost per timed call: L2 flush of 2 x 120 MB, launch,
 # synchronize or graph capture; and the GEMM work itself), to be replaced by what the first
 # calls measure: the loop below rescales them by the measured-to-estimated ratio as it goes.
-SHAPE_OVERHEAD_S = 0.5
+SHAPE_OVERHEAD_S = 0.15  # the H200 run of 2026-12-01: 0.1 s to tune and 0.1 s to bench a shape
 CALL_OVERHEAD_S = 150e-6
 SUSTAINED_FLOPS = 6e14  # half-precision GEMMs, any method
 REFERENCE_FLOPS = 5e13  # float32 without TF32 (the H200's 51 TFLOP/s)

@@ -25,7 +25,7 @@ from typing import Protocol
 import torch
 
 from solforge.hgemm.space import Shape
-from solforge.measure.timing import Timing, TimingError, summarize, time_iterations
+from solforge.measure.timing import Timing, summarize, time_iterations
 
 Call = Callable[[], object]
 
@@ -93,7 +93,8 @@ def poisoned_output(shape: Shape, device: torch.device) -> torch.Tensor:
 def time_interleaved(calls: dict[str, Call], method: str, rounds: int, warmup_rounds: int = 1,
                      gap_s: float | None = None, seed: int = 0) -> dict[str, Timing | str]:
     """Each callable's timing, or the reason it could not be timed (module docstring). When one
-    callable spoils the run (a graph that cannot be captured), each is timed alone."""
+    callable spoils the run (a graph that cannot be captured, a library that raises), each is
+    timed alone, so only the one at fault is reported as failed."""
     names = list(calls)
     functions = [calls[name] for name in names]
     count = len(functions)
@@ -104,7 +105,7 @@ def time_interleaved(calls: dict[str, Call], method: str, rounds: int, warmup_ro
         timing = time_iterations(lambda i: functions[i % count](), iterations=rounds * count,
                                  warmup=warmup_rounds * count, method=method,
                                  before_iteration=before)
-    except (TimingError, RuntimeError) as exc:
+    except Exception as exc:  # a timing error, or whatever a library raised mid-run
         if count == 1:
             return {names[0]: f"{type(exc).__name__}: {exc}"}
         return {name: time_interleaved({name: calls[name]}, method, rounds, warmup_rounds, gap_s,

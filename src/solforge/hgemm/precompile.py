@@ -35,9 +35,9 @@ from solforge.hgemm.kernels import VARIANTS
 from solforge.hgemm.space import Config, Shape, shortlist
 
 TARGET = "sm_90a"
-# SASS instructions that tell the paths apart : wgmma, mma.sync, TMA loads and
-# stores, cp.async, CUDA-core FMAs.
-INSTRUCTIONS = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDGSTS", "FFMA")
+# SASS instructions that tell the paths apart: wgmma, mma.sync, TMA loads and
+# stores, cp.async, CUDA-core FMAs, 16-byte global loads.
+INSTRUCTIONS = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDGSTS", "FFMA", "LDG.E.128")
 ENTRY_SOURCE = '''import triton  # noqa: F401  (a Triton solution)
 
 from solforge.hgemm.kernels import launch
@@ -79,11 +79,12 @@ def _specialisation(config: Config, shape: Shape) -> tuple:
             _size_class(shape.k), shape.k % block_k == 0)
 
 
-def jobs_for(shapes: Iterable[Shape], sm_count: int) -> list[CompileJob]:
-    """One job per distinct compiled kernel set of the shapes' shortlists (Triton variants)."""
+def jobs_for(shapes: Iterable[Shape], sm_count: int, limit: int = 10) -> list[CompileJob]:
+    """One job per distinct compiled kernel set of the shapes' shortlists (Triton variants),
+    `limit` candidates a shape (the most the tuner tries)."""
     jobs = {}
     for shape in shapes:
-        for config in shortlist(shape, sm_count):
+        for config in shortlist(shape, sm_count, limit=limit):
             if VARIANTS[config.kernel].needs_cuda:
                 continue
             jobs.setdefault(_specialisation(config, shape), CompileJob(config, shape))
@@ -119,7 +120,7 @@ def compile_job(job: CompileJob, target: str = TARGET, sass: bool = False) -> Co
     counts: Counter[str] = Counter()
     for kernel in compiled:
         for name in INSTRUCTIONS:
-            counts[name] += len(re.findall(rf"\b{name}\b", kernel.sass or ""))
+            counts[name] += len(re.findall(rf"\b{re.escape(name)}\b", kernel.sass or ""))
     return CompileResult(job, tuple(k.name for k in compiled), dict(counts),
                          time.perf_counter() - began)
 

@@ -245,10 +245,12 @@ SPACES: dict[str, dict[str, tuple[int, ...]]] = {
     "splitk": {**_TILED, "BLOCK_K": (64, 128, 256),
                "SPLIT_K": (2, 3, 4, 6, 8, 12, 16, 24, 32)},
     "streamk": {**_TILED, "BLOCK_M": (64, 128), "BLOCK_N": (64, 128, 256), "GROUP_M": (8,)},
-    "gemv": {"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (32, 64, 128, 256),
-             "BLOCK_K": (32, 64, 128, 256), "NUM_STAGES": (1, 2, 3, 4), "NUM_WARPS": (2, 4, 8),
-             "SPLIT_K": (1, 2, 4, 8, 16, 32)},
-    "wgmma": {"BLOCK_M": (64, 128), "BLOCK_N": (128, 256)},
+    "gemv": {"BLOCK_M": (1, 2, 4, 8), "BLOCK_N": (8, 16, 32, 64, 128, 256),
+             "BLOCK_K": (32, 64, 128, 256, 512, 1024), "NUM_STAGES": (1, 2, 3, 4),
+             "NUM_WARPS": (2, 4, 8), "SPLIT_K": (1, 2, 4, 8, 16, 32)},
+    # stages asked for (wgmma.cu caps them by the tile's shared memory); GROUP_M: the swizzle
+    "wgmma": {"BLOCK_M": (64, 128), "BLOCK_N": (128, 256), "NUM_STAGES": (3, 4, 6),
+              "GROUP_M": (1, 8, 16)},
 }
 WGMMA_TILES = ((128, 256), (128, 128), (64, 256), (64, 128))  # compiled into wgmma.cu
 TMA_KERNELS = ("tma", "tma_persistent", "wgmma")
@@ -358,7 +360,10 @@ TILES = (
 # tiles reuse each loaded operand more (working figures for the ranking, not measurements).
 TILE_EFFICIENCY = ((32768, 0.80), (16384, 0.70), (8192, 0.55), (4096, 0.40), (2048, 0.25),
                    (0, 0.15))
-GEMV_TILES = ((64, 128, 4), (128, 64, 4), (32, 256, 4), (256, 32, 8))  # (BLOCK_N, BLOCK_K, warps)
+# (BLOCK_N, NUM_WARPS) of the GEMV picks: few weight rows a program, each step as deep in K as
+# GEMV_VALUES_PER_THREAD allows (16 rows x 1024 K at M = 1: 32 KB of B in flight a program)
+GEMV_ROWS = ((16, 4), (32, 8), (8, 4), (64, 8))
+GEMV_MAX_BLOCK_K = 1024
 SMALL_M = 32  # at or below: the decode path
 
 
@@ -418,22 +423,39 @@ def _dot(kernel: str, tile: tuple[int, int, int, int, int], acc: int, **more: in
                      NUM_WARPS=warps, ACC_FP16=acc, **more)
 
 
+# (BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES) of the tensor-core decode picks (BLOCK_M 16 or 32:
+# the M rows padded to one mma): wide and shallow to deep and narrow, best guesses first.
+# Narrow tiles first: N / 32 programs fill the SMs at N = 4096 with one launch, where N / 128
+# leave half of them idle.
+DECODE_TILES = ((32, 128, 4, 4), (64, 128, 4, 4), (128, 128, 4, 4), (32, 64, 4, 5),
+                (64, 256, 4, 3), (128, 64, 8, 5), (256, 64, 8, 4))
+
+
 def _decode_picks(shape: Shape, sms: int, acc: int) -> list[Config]:
-    picks = []
+    """GEMV (M <= 8), tiled and split-K picks, taken in turn so a short list holds each."""
+    gemvs = []
     if shape.m <= 8:
         bm = triton.next_power_of_2(shape.m)
-        for bn, bk, warps in GEMV_TILES:
-            split = splits_to_fill(triton.cdiv(shape.n, bn), shape.k, bk, sms)
-            picks.append(Config.of("gemv", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_STAGES=2,
-                                   NUM_WARPS=warps, SPLIT_K=split))
+        for bn, warps in GEMV_ROWS:
+            bk = GEMV_VALUES_PER_THREAD * 32 * warps // (bm * bn)
+            bk = min(bk, GEMV_MAX_BLOCK_K, max(32, triton.next_power_of_2(shape.k)))
+            # split to fill two waves, and unsplit: one launch, no float32 partials (the
+            # second launch of a split costs its gap in kernel-only time)
+            for split in dict.fromkeys((splits_to_fill(triton.cdiv(shape.n, bn), shape.k, bk,
+                                                       sms), 1)):
+                gemvs.append(Config.of("gemv", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                                       NUM_STAGES=2, NUM_WARPS=warps, SPLIT_K=split))
     bm = max(16, triton.next_power_of_2(shape.m))
-    for bn in (64, 128):
-        tile = (bm, bn, 128, 4, 4)
-        split = splits_to_fill(triton.cdiv(shape.n, bn), shape.k, 128, sms)
+    tiled, split_k = [], []
+    for bn, bk, warps, stages in DECODE_TILES:
+        tile = (bm, bn, bk, warps, stages)
+        tiled.append(_dot("tiled", tile, acc))
+        split = splits_to_fill(triton.cdiv(shape.n, bn), shape.k, bk, sms)
         if split > 1:
-            picks.append(_dot("splitk", tile, acc, SPLIT_K=split))
-        picks.append(_dot("tiled", tile, acc))
-    return picks
+            split_k.append(_dot("splitk", tile, acc, SPLIT_K=split))
+    kinds = [gemvs, tiled, split_k]
+    return [kind[turn] for turn in range(max(map(len, kinds))) for kind in kinds
+            if turn < len(kind)]
 
 
 def _general_picks(shape: Shape, sms: int, acc: int) -> list[Config]:
@@ -445,8 +467,7 @@ def _general_picks(shape: Shape, sms: int, acc: int) -> list[Config]:
                 for tile in ranked}
     kinds = [
         [_dot("tma", tile, acc) for tile in ranked[:3]],
-        [Config.of("wgmma", BLOCK_M=bm, BLOCK_N=bn) for bm, bn in _wgmma_tiles(shape, sms)
-         ][: 0 if acc else 2],
+        _wgmma_picks(shape, sms)[: 0 if acc else 3],
         [_dot("tma_persistent", tile, acc) for tile in ranked[:2] if tiles_of[tile] > sms],
         [_dot("tiled", tile, acc) for tile in ranked[:2]],
         [_dot("splitk", tile, acc, SPLIT_K=splits_to_fill(tiles_of[tile], shape.k, tile[2],
@@ -455,10 +476,34 @@ def _general_picks(shape: Shape, sms: int, acc: int) -> list[Config]:
         [_dot("streamk", tile, acc) for tile in ranked[:1]
          if tiles_of[tile] > sms and tiles_of[tile] % sms and shape.k >= 1024],
         [_dot("persistent", tile, acc) for tile in ranked[:1] if tiles_of[tile] > sms],
+        _tma_variants(ranked[0], acc) if ranked else [],
     ]
     picks = []
     for turn in range(max(len(kind) for kind in kinds)):
         picks += [kind[turn] for kind in kinds if turn < len(kind)]
+    return picks
+
+
+def _tma_variants(tile: tuple[int, int, int, int, int], acc: int) -> list[Config]:
+    """The best tile's TMA kernel with the other warp count, one stage more and one less, and
+    no swizzle (GROUP_M 1): where the model's best tile is right, its settings still matter."""
+    bm, bn, bk, warps, stages = tile
+    tiles = ((bm, bn, bk, 12 - warps, stages), (bm, bn, bk, warps, stages + 1),
+             (bm, bn, bk, warps, stages - 1))
+    unswizzled = Config.of("tma", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1,
+                           NUM_STAGES=stages, NUM_WARPS=warps, ACC_FP16=acc)
+    return [*(_dot("tma", t, acc) for t in tiles), unswizzled]
+
+
+def _wgmma_picks(shape: Shape, sms: int) -> list[Config]:
+    """The CUDA kernel's two best tiles with the deepest pipeline and GROUP_M 8, then the best
+    tile with 3 stages and a wider swizzle (GROUP_M 16: more B reuse in L2 on tall shapes)."""
+    tiles = _wgmma_tiles(shape, sms)
+    picks = [Config.of("wgmma", BLOCK_M=bm, BLOCK_N=bn, NUM_STAGES=6, GROUP_M=8)
+             for bm, bn in tiles[:2]]
+    if tiles:
+        bm, bn = tiles[0]
+        picks.append(Config.of("wgmma", BLOCK_M=bm, BLOCK_N=bn, NUM_STAGES=3, GROUP_M=16))
     return picks
 
 

@@ -8,7 +8,10 @@ next append, so it never swallows a good line). Every line carries the environme
 measured in (GPU, versions, date): a table grown over several calls stays self-describing.
 
 Times are medians in milliseconds, cold L2: "kernel" from the profiler's kernel records (host
-launch cost left out), "graph" from CUDA-graph replays. Methods: "tuned" (the best kernel
+launch cost left out), "graph" from CUDA-graph replays; calls back to back ("offline") and, for
+the tuned kernel and torch.matmul, spaced by Poisson gaps ("server_kernel", "server_graph").
+Each entry holds the dispatcher's choice per mode: `use_kernel` for eager calls, `use_in_graph`
+for calls captured in a CUDA graph. Methods: "tuned" (the best kernel
 here), "torch" (torch.matmul, cuBLAS), "cublaslt_heuristic" and "cublaslt_autotuned"
 (cuBLASLt through nvmath-python, its first heuristic pick and its best measured algorithm).
 """
@@ -20,7 +23,7 @@ import json
 import os
 import platform
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,15 +45,19 @@ class MethodTimes:
     graph_ms: float | None = None
     error: float | None = None  # ||C - C_ref|| / ||C_ref|| against the float32 product
     note: str | None = None  # why something is missing
+    server_kernel_ms: float | None = None  # calls spaced by Poisson gaps (server mode)
+    server_graph_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"kernel_ms": self.kernel_ms, "graph_ms": self.graph_ms, "error": self.error,
-                "note": self.note}
+                "note": self.note, "server_kernel_ms": self.server_kernel_ms,
+                "server_graph_ms": self.server_graph_ms}
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> MethodTimes:
         return cls(record.get("kernel_ms"), record.get("graph_ms"), record.get("error"),
-                   record.get("note"))
+                   record.get("note"), record.get("server_kernel_ms"),
+                   record.get("server_graph_ms"))
 
 
 @dataclass(frozen=True)
@@ -76,12 +83,17 @@ class ConfigTrial:
 class TableEntry:
     shape: Shape
     best: Config | None  # the fastest correct candidate (None when none passed)
-    use_kernel: bool  # the dispatcher's choice: True runs `best`, False runs torch.matmul
+    use_kernel: bool  # eager calls: True runs `best`, False runs torch.matmul
     times: dict[str, MethodTimes]  # by method (METHODS)
     candidates: tuple[ConfigTrial, ...] = ()
     environment: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0  # device-machine wall time spent tuning this shape
     notes: tuple[str, ...] = ()
+    use_in_graph: bool | None = None  # calls captured in a CUDA graph; None: as use_kernel
+
+    def __post_init__(self) -> None:
+        if self.use_in_graph is None:
+            object.__setattr__(self, "use_in_graph", self.use_kernel)
 
     def time(self, method: str, timing: str = "kernel") -> float | None:
         times = self.times.get(method)
@@ -90,7 +102,7 @@ class TableEntry:
     def to_json(self) -> dict[str, Any]:
         return {"shape": self.shape.to_json(), "key": self.shape.key,
                 "best": self.best.to_json() if self.best else None,
-                "use_kernel": self.use_kernel,
+                "use_kernel": self.use_kernel, "use_in_graph": self.use_in_graph,
                 "times": {name: t.to_json() for name, t in self.times.items()},
                 "candidates": [c.to_json() for c in self.candidates],
                 "environment": self.environment, "seconds": self.seconds,
@@ -104,7 +116,7 @@ class TableEntry:
                    {name: MethodTimes.from_json(t) for name, t in record["times"].items()},
                    tuple(ConfigTrial.from_json(c) for c in record.get("candidates", ())),
                    record.get("environment", {}), float(record.get("seconds", 0.0)),
-                   tuple(record.get("notes", ())))
+                   tuple(record.get("notes", ())), record.get("use_in_graph"))
 
 
 @dataclass
@@ -173,6 +185,23 @@ def load_table(path: Path) -> Table:
 
 def append_entry(path: Path, entry: TableEntry) -> None:
     append_jsonl(Path(path), entry.to_json())
+
+
+SHIPPED_METHODS = ("tuned", "torch", "cublaslt_autotuned")
+
+
+def shippable(entry: TableEntry) -> TableEntry:
+    """The entry as the package ships it: the choice, the times it rests on, the notes; the
+    candidates tried (most of a tuned line) left in the run's own table."""
+    times = {name: t for name, t in entry.times.items() if name in SHIPPED_METHODS}
+    return replace(entry, times=times, candidates=())
+
+
+def write_table(path: Path, table: Table) -> None:
+    """`table` as one JSON-lines file, each entry shippable()."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text("".join(json.dumps(shippable(entry).to_json()) + "\n"
+                                  for entry in table))
 
 
 def gpu_slug(name: str) -> str:

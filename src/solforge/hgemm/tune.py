@@ -2,17 +2,24 @@
 baselines, and append the result to the table, within a wall-clock budget.
 
 Per shape:
-1. operands (standard normal) and their float32 product;
-2. candidates: the shortlist of space.py, led by the winners of the nearest tuned shapes
+1. operands (standard normal) and their float32 product; each baseline run once and checked
+   (a baseline that raises is noted and left out of this shape's timings);
+2. headroom: torch.matmul's kernel-only time against the roofline floor of the shape
+   (roofline.py, peaks from the GPU's hardware profile); it sets how many candidates the shape
+   earns, none where cuBLAS is within `skip_headroom` of the floor;
+3. candidates: the shortlist of space.py, led by the winners of the nearest tuned shapes
    (retrieval in the loop: what won next door is tried first);
-3. correctness: each candidate writes a NaN-poisoned output once; one over the tolerance
+4. correctness: each candidate writes a NaN-poisoned output once; one over the tolerance
    (space.tolerance) or holding NaN is out, as is one that fails to compile or launch;
-4. screening: the correct candidates interleaved in CUDA-graph replay (no profiler session
-   needed), `screen_rounds` calls each; the `finalists` fastest go on;
-5. final: finalists and baselines interleaved, kernel-only time (profiler) over `final_rounds`;
-   then the best finalist and the baselines in CUDA-graph time;
-6. the choice: the kernel is used only where it beat torch.matmul by more than `noise` in
-   kernel-only time and was no slower (beyond noise) in graph time, and could be captured.
+5. screening: the correct candidates interleaved in one profiler session, kernel-only time,
+   `screen_rounds` calls each (a graph's first replay scatters by microseconds, more than
+   the candidates of a small shape differ); the `finalists` fastest go on;
+6. final: finalists and baselines interleaved, kernel-only time (profiler) over `final_rounds`;
+   the best finalist and the baselines in CUDA-graph time; then the best finalist and
+   torch.matmul in server mode (Poisson-spaced calls), kernel-only and graph;
+7. the choice per mode (mode_choices): eager calls use the kernel only where it beat
+   torch.matmul beyond `noise` in kernel-only time, back to back and in server mode; graph
+   captures only where it did so in graph time, back to back and in server mode.
 
 Resumable: shapes already in the table are skipped, each finished shape is appended at once,
 and the budget check before each shape uses an estimate of its time (calibrated on the shapes
@@ -31,7 +38,7 @@ from pathlib import Path
 import torch
 
 from solforge.hgemm import kernels
-from solforge.hgemm.baselines import BASELINES, BaselineSet, make_baselines
+from solforge.hgemm.baselines import BASELINES, BaselineSet, baseline_checks, make_baselines
 from solforge.hgemm.budget import (
     CALL_OVERHEAD_S,
     REFERENCE_FLOPS,
@@ -41,6 +48,7 @@ from solforge.hgemm.budget import (
     run_budgeted,
 )
 from solforge.hgemm.measure import (
+    Call,
     Measurer,
     Operands,
     failure,
@@ -49,6 +57,13 @@ from solforge.hgemm.measure import (
     relative_error,
 )
 from solforge.hgemm.retrieve import neighbour_configs
+from solforge.hgemm.roofline import (
+    Roof,
+    bytes_moved,
+    candidates_for,
+    headroom,
+    roof_of_device,
+)
 from solforge.hgemm.space import SM_COUNT, Config, Shape, shortlist, tolerance
 from solforge.hgemm.table import (
     ConfigTrial,
@@ -67,12 +82,16 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class TuneSettings:
-    shortlist: int = 10  # candidates per shape
+    shortlist: int = 16  # candidates for a shape far from the roofline (fewer nearer to it)
     neighbours: int = 3  # winners of the nearest tuned shapes put first
     finalists: int = 2
+    probe_rounds: int = 3  # torch.matmul kernel-only calls that measure the headroom
     screen_rounds: int = 3
     final_rounds: int = 10
+    server_gap_ms: float = 0.5  # mean Poisson gap of the server-mode validation
     noise: float = 0.02  # the margin a kernel must win by (the repeatability seen on the H200)
+    skip_headroom: float = 0.05  # cuBLAS this close to the roofline: no search
+    full_headroom: float = 0.5  # this far or farther: the whole shortlist
     autotune_iterations: int = 5  # per cuBLASLt algorithm
     baselines: tuple[str, ...] = BASELINES
 
@@ -80,12 +99,15 @@ class TuneSettings:
 def estimate_seconds(shape: Shape, settings: TuneSettings = TuneSettings()) -> float:
     """Device-machine seconds to tune `shape` (before calibration)."""
     baselines = len(settings.baselines)
-    calls = (settings.shortlist * (2 + settings.screen_rounds)
-             + (settings.finalists + baselines) * (1 + settings.final_rounds)
-             + (1 + baselines) * (1 + settings.final_rounds)
+    rounds = 1 + settings.final_rounds
+    calls = (1 + settings.probe_rounds + settings.shortlist * (2 + settings.screen_rounds)
+             + (settings.finalists + baselines) * rounds  # offline kernel-only
+             + (1 + baselines) * rounds  # offline graph
+             + 2 * 2 * rounds  # server mode, kernel-only and graph: tuned and torch
              + 16 * settings.autotune_iterations)  # the autotuned plan's algorithms
+    gaps = 2 * 2 * rounds * settings.server_gap_ms / 1e3
     return (SHAPE_OVERHEAD_S + calls * (CALL_OVERHEAD_S + shape.flops / SUSTAINED_FLOPS)
-            + shape.flops / REFERENCE_FLOPS)
+            + shape.flops / REFERENCE_FLOPS + gaps)
 
 
 def progress_path(table_path: Path) -> Path:
@@ -121,6 +143,47 @@ def tune(shapes: Sequence[Shape], table_path: Path, measurer: Measurer,
                         budget_s, clock)
 
 
+PROBE_BATCH_BYTES = 8 * 2**30  # operands, outputs and references held for one probe session
+
+
+def probe_headrooms(shapes: Sequence[Shape], measurer: Measurer, roof: Roof,
+                    rounds: int = 3, budget_s: float = float("inf"),
+                    clock: Callable[[], float] = time.monotonic) -> dict[str, float]:
+    """Each shape's headroom (roofline.headroom of torch.matmul's kernel-only time), so a pass
+    can tune the shapes with the most to win first. Many shapes share one profiler session
+    (their calls interleaved), so the probe of a thousand shapes costs seconds, not minutes."""
+    found: dict[str, float] = {}
+    began = clock()
+    batch: list[tuple[Shape, Call]] = []
+    held = 0
+
+    def time_batch() -> None:
+        timed = measurer.time({shape.key: call for shape, call in batch}, "kernel", rounds)
+        for shape, _ in batch:
+            ms = median_ms(timed.get(shape.key))
+            if ms is not None:
+                found[shape.key] = headroom(shape, ms / 1e3, roof)
+        batch.clear()
+
+    for shape in shapes:
+        if clock() - began > budget_s:
+            break
+        operands = measurer.operands(shape)
+        out = torch.empty((shape.m, shape.n), dtype=operands.a.dtype, device=operands.a.device)
+        batch.append((shape, _torch_call(operands.a, operands.b, out)))
+        held += bytes_moved(shape) + 4 * shape.m * shape.n
+        if held > PROBE_BATCH_BYTES:
+            time_batch()
+            held = 0
+    if batch:
+        time_batch()
+    return found
+
+
+def _torch_call(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> Call:
+    return lambda: torch.matmul(a, b, out=out)
+
+
 def tune_and_record(shape: Shape, table_path: Path, table: Table, started: dict[str, int],
                     measurer: Measurer, settings: TuneSettings = TuneSettings(),
                     sm_count: int = SM_COUNT, clock: Callable[[], float] = time.monotonic,
@@ -144,33 +207,52 @@ def tune_and_record(shape: Shape, table_path: Path, table: Table, started: dict[
 def tune_shape(shape: Shape, measurer: Measurer, table: Table,
                settings: TuneSettings = TuneSettings(), sm_count: int = SM_COUNT,
                clock: Callable[[], float] = time.monotonic, operands: Operands | None = None,
-               baselines: BaselineSet | None = None) -> TableEntry:
-    """One shape, steps 1-6 of the module docstring. `operands` and `baselines` may be shared
+               baselines: BaselineSet | None = None, roof: Roof | None = None) -> TableEntry:
+    """One shape, steps 1-7 of the module docstring. `operands` and `baselines` may be shared
     with the benchmark of the same shape (they are made here when not given)."""
     began = clock()
     operands = operands or measurer.operands(shape)
-    a, b = operands.a, operands.b
-    extra = neighbour_configs(table, shape, settings.neighbours)
-    configs = shortlist(shape, sm_count, extra, settings.shortlist)
-    out, results = _check_candidates(shape, configs, measurer, operands)
-    correct = [config for config in configs if results[config].failure is None]
-    screen = _screen(correct, a, b, out, measurer, settings)
-    for config in correct:
-        results[config] = _with_screen(results[config], screen.get(config))
-    finalists = sorted((c for c in correct if screen.get(c) is not None),
-                       key=lambda c: screen[c])[: settings.finalists]
     found = baselines or make_baselines(operands, settings.baselines,
                                         settings.autotune_iterations)
     try:
-        times, best = _final(finalists, found, out, measurer, settings, operands, results)
+        errors, working, notes = baseline_checks(found, measurer, operands)
+        room = _headroom(shape, working.get("torch"), measurer, settings,
+                         roof or roof_of_device(measurer.device))
+        size = candidates_for(settings.full_headroom if room is None else room,
+                              settings.shortlist, skip_below=settings.skip_headroom,
+                              full_at=settings.full_headroom)
+        if room is not None:
+            notes.append(f"torch.matmul {room:.0%} above the roofline floor: "
+                         f"{size} candidates")
+        extra = neighbour_configs(table, shape, settings.neighbours)
+        configs = shortlist(shape, sm_count, extra, size) if size else []
+        out, results = _check_candidates(shape, configs, measurer, operands)
+        correct = [config for config in configs if results[config].failure is None]
+        screen = _screen(correct, operands.a, operands.b, out, measurer, settings)
+        for config in correct:
+            results[config] = _with_screen(results[config], screen.get(config))
+        finalists = sorted((c for c in correct if screen.get(c) is not None),
+                           key=lambda c: screen[c])[: settings.finalists]
+        times, best = _final(finalists, working, errors, out, measurer, settings, operands,
+                             results)
     finally:
         if baselines is None:
             found.close()
-    use_kernel = best is not None and kernel_wins(times["tuned"],
-                                                  times.get("torch", MethodTimes()),
-                                                  settings.noise)
-    return TableEntry(shape, best, use_kernel, times, tuple(results[c] for c in configs),
-                      environment(), clock() - began, tuple(found.notes))
+    eager, graph = mode_choices(times["tuned"], times.get("torch", MethodTimes()),
+                                settings.noise)
+    return TableEntry(shape, best, best is not None and eager, times,
+                      tuple(results[c] for c in configs), environment(), clock() - began,
+                      tuple(found.notes + notes), best is not None and graph)
+
+
+def _headroom(shape: Shape, torch_call: Call | None, measurer: Measurer,
+              settings: TuneSettings, roof: Roof) -> float | None:
+    """torch.matmul's distance above the roofline floor (roofline.py), None if not timed."""
+    if torch_call is None:
+        return None
+    probe = median_ms(measurer.time({"torch": torch_call}, "kernel",
+                                    settings.probe_rounds).get("torch"))
+    return None if probe is None else headroom(shape, probe / 1e3, roof)
 
 
 def _check_candidates(shape: Shape, configs: list[Config], measurer: Measurer,
@@ -205,14 +287,14 @@ def _run_once(config: Config, a: torch.Tensor, b: torch.Tensor, out: torch.Tenso
 def _screen(correct: list[Config], a, b, out: torch.Tensor, measurer: Measurer,
             settings: TuneSettings) -> dict[Config, float | None]:
     calls = {config.label: _launcher(config, a, b, out) for config in correct}
-    timed = measurer.time(calls, "graph", settings.screen_rounds)
+    timed = measurer.time(calls, "kernel", settings.screen_rounds)
     return {config: median_ms(timed.get(config.label)) for config in correct}
 
 
 def _with_screen(candidate: ConfigTrial, screen_ms: float | None) -> ConfigTrial:
     failure_text = candidate.failure
     if screen_ms is None and failure_text is None:
-        failure_text = "could not be timed in a CUDA graph"
+        failure_text = "could not be timed"
     return ConfigTrial(candidate.config, screen_ms, candidate.error, failure_text)
 
 
@@ -220,49 +302,69 @@ def _launcher(config: Config, a: torch.Tensor, b: torch.Tensor, out: torch.Tenso
     return lambda: kernels.launch(config, a, b, out)
 
 
-def _final(finalists: list[Config], found: BaselineSet, out: torch.Tensor, measurer: Measurer,
+def _final(finalists: list[Config], working: dict[str, Call],
+           errors: dict[str, float | None], out: torch.Tensor, measurer: Measurer,
            settings: TuneSettings, operands: Operands,
            results: dict[Config, ConfigTrial]) -> tuple[dict[str, MethodTimes], Config | None]:
-    """Step 5: the finalists and the baselines in kernel-only time, then the best finalist and
-    the baselines in graph time; the times of each method and the best finalist."""
-    errors = _baseline_errors(found, measurer, operands)
+    """Step 5: the finalists and the baselines in kernel-only time; the best finalist and the
+    baselines in graph time; then the best finalist and torch.matmul in server mode (Poisson
+    gaps), kernel-only and graph. The times of each method and the best finalist."""
     calls = {c.label: _launcher(c, operands.a, operands.b, out) for c in finalists}
-    kernel = measurer.time({**calls, **found.calls()}, "kernel", settings.final_rounds)
+    kernel = measurer.time({**calls, **working}, "kernel", settings.final_rounds)
     timed = [c for c in finalists if median_ms(kernel.get(c.label)) is not None]
     best = min(timed, key=lambda c: median_ms(kernel[c.label])) if timed else None
-    graph_calls = {**found.calls(), **({"tuned": calls[best.label]} if best else {})}
-    graph = measurer.time(graph_calls, "graph", settings.final_rounds)
-    times = {name: _method_times(kernel.get(name), graph.get(name), errors[name])
-             for name in found.baselines}
-    times["tuned"] = (_method_times(kernel.get(best.label), graph.get("tuned"),
-                                    results[best].error)
-                      if best else MethodTimes(note="no candidate was correct and timed"))
+    pair = {**({"tuned": calls[best.label]} if best else {}),
+            **({"torch": working["torch"]} if "torch" in working else {})}
+    graph = measurer.time({**working, **pair}, "graph", settings.final_rounds)
+    server: dict[str, dict] = {"kernel": {}, "graph": {}}
+    if best is not None and "torch" in pair:
+        for timing in server:
+            server[timing] = measurer.time(pair, timing, settings.final_rounds,
+                                           settings.server_gap_ms / 1e3)
+    times = {}
+    for name in errors:
+        if name not in working:
+            times[name] = MethodTimes(note="failed at this shape (see the notes)")
+            continue
+        times[name] = _method_times(kernel.get(name), graph.get(name), errors[name],
+                                    server["kernel"].get(name), server["graph"].get(name))
+    if best is None:
+        times["tuned"] = MethodTimes(note="no candidate was searched, correct and timed")
+    else:
+        times["tuned"] = _method_times(kernel.get(best.label), graph.get("tuned"),
+                                       results[best].error, server["kernel"].get("tuned"),
+                                       server["graph"].get("tuned"))
     return times, best
 
 
-def _baseline_errors(found: BaselineSet, measurer: Measurer,
-                     operands: Operands) -> dict[str, float]:
-    errors = {}
-    for name, baseline in found.baselines.items():
-        baseline.call()
-        measurer.synchronize()
-        errors[name] = relative_error(baseline.out, operands.reference)
-    return errors
-
-
-def _method_times(kernel, graph, error: float | None) -> MethodTimes:
+def _method_times(kernel, graph, error: float | None, server_kernel=None,
+                  server_graph=None) -> MethodTimes:
     return MethodTimes(median_ms(kernel), median_ms(graph), error,
-                       failure(kernel) or failure(graph))
+                       failure(kernel) or failure(graph) or failure(server_kernel)
+                       or failure(server_graph),
+                       median_ms(server_kernel), median_ms(server_graph))
+
+
+TIMINGS = {"eager": ("kernel", "server_kernel"), "graph": ("graph", "server_graph")}
+
+
+def wins(tuned: float | None, base: float | None, noise: float) -> bool:
+    """Faster than `base` by more than the noise (False when either was not measured)."""
+    return tuned is not None and base is not None and tuned <= base * (1 - noise)
+
+
+def mode_choices(tuned: MethodTimes, torch_times: MethodTimes, noise: float
+                 ) -> tuple[bool, bool]:
+    """The dispatcher's rule, per mode it can tell apart: eager calls run the kernel only where
+    it beat torch.matmul beyond the noise in kernel-only time back to back and in server mode;
+    graph captures only where it did so in graph replays, back to back and in server mode."""
+    return tuple(all(wins(getattr(tuned, f"{t}_ms"), getattr(torch_times, f"{t}_ms"), noise)
+                     for t in TIMINGS[mode]) for mode in ("eager", "graph"))
 
 
 def kernel_wins(tuned: MethodTimes, torch_times: MethodTimes, noise: float) -> bool:
-    """The dispatcher's rule: faster in kernel-only time by more than the noise, capturable in
-    a graph and no slower there beyond the noise."""
-    if tuned.kernel_ms is None or torch_times.kernel_ms is None or tuned.graph_ms is None:
-        return False
-    if tuned.kernel_ms > torch_times.kernel_ms * (1 - noise):
-        return False
-    return torch_times.graph_ms is None or tuned.graph_ms <= torch_times.graph_ms * (1 + noise)
+    """Whether eager calls run the kernel (mode_choices)."""
+    return mode_choices(tuned, torch_times, noise)[0]
 
 
 def summary_line(entry: TableEntry) -> str:

@@ -2,6 +2,10 @@
 // float32 accumulation. Built for sm_90a only (wgmma and setmaxnreg do not exist on plain
 // sm_90): -gencode=arch=compute_90a,code=sm_90a (kernels/wgmma.py builds it).
 //
+// The search space (kernels/wgmma.py, space.py): tile BM x BN, operand stages in flight (asked
+// for, capped by what the shared-memory budget holds) and the rasterisation swizzle: blocks
+// walk the tiles in groups of `group_m` tile rows, so the B tiles a group shares stay in L2.
+//
 // Structure (one output tile of BM x BN per block, tiles in grouped order):
 // - warpgroups 0 .. BM/64 - 1 consume: each owns 64 rows of the tile and issues
 //   wgmma.mma_async m64nBNk16 from shared memory, four per 64-wide K slice, accumulators in
@@ -39,18 +43,18 @@ namespace solforge_hgemm {
 
 constexpr int kBlockK = 64;  // 64 16-bit elements: one 128-byte swizzle row
 constexpr int kWarpgroup = 128;
-constexpr int kGroupM = 8;
 constexpr int kOperandBudget = 200 * 1024;  // bytes of operand stages (227 KB per block in all)
 
-// Operand stages in flight: as many as the budget holds, at most 6.
-__host__ __device__ constexpr int stage_count(int bm, int bn) {
-  return kOperandBudget / ((bm + bn) * kBlockK * 2) < 6 ? kOperandBudget / ((bm + bn) * kBlockK * 2)
-                                                         : 6;
+// Operand stages in flight: as many as asked for, at most what the budget holds.
+__host__ __device__ constexpr int stage_count(int bm, int bn, int wanted) {
+  return kOperandBudget / ((bm + bn) * kBlockK * 2) < wanted
+             ? kOperandBudget / ((bm + bn) * kBlockK * 2)
+             : wanted;
 }
 
-__host__ __device__ constexpr int shared_bytes(int bm, int bn) {
+__host__ __device__ constexpr int shared_bytes(int bm, int bn, int stages) {
   // operand ring + full and empty barriers + slack to align the ring to 1024 bytes
-  return stage_count(bm, bn) * (bm + bn) * kBlockK * 2 + 2 * 8 * stage_count(bm, bn) + 1024;
+  return stages * (bm + bn) * kBlockK * 2 + 2 * 8 * stages + 1024;
 }
 
 __device__ __forceinline__ uint32_t shared_address(const void* pointer) {
@@ -256,23 +260,22 @@ struct Pair<__nv_bfloat16> {
   }
 };
 
-__device__ __forceinline__ void grouped_tile(int block, int num_m, int num_n, int& tile_m,
-                                             int& tile_n) {
-  const int per_group = kGroupM * num_n;
-  const int first_m = (block / per_group) * kGroupM;
-  const int rows = min(num_m - first_m, kGroupM);
+__device__ __forceinline__ void grouped_tile(int block, int num_m, int num_n, int group_m,
+                                             int& tile_m, int& tile_n) {
+  const int per_group = group_m * num_n;
+  const int first_m = (block / per_group) * group_m;
+  const int rows = min(num_m - first_m, group_m);
   const int within = block % per_group;
   tile_m = first_m + within % rows;
   tile_n = within / rows;
 }
 
-template <typename T, int BM, int BN, bool B_KMAJOR>
+template <typename T, int BM, int BN, bool B_KMAJOR, int STAGES>
 __global__ void __launch_bounds__((BM / 64 + 1) * kWarpgroup, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
-                T* __restrict__ c, int M, int N, int K, int ldc) {
+                T* __restrict__ c, int M, int N, int K, int ldc, int group_m) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int CONSUMERS = BM / 64;
-  constexpr int STAGES = stage_count(BM, BN);
   constexpr int A_STAGE = BM * kBlockK;  // elements
   constexpr int B_STAGE = BN * kBlockK;
   constexpr uint32_t STAGE_BYTES = (A_STAGE + B_STAGE) * sizeof(T);
@@ -287,7 +290,7 @@ __global__ void __launch_bounds__((BM / 64 + 1) * kWarpgroup, 1)
   uint64_t* empty = full + STAGES;
 
   int tile_m, tile_n;
-  grouped_tile(blockIdx.x, (M + BM - 1) / BM, (N + BN - 1) / BN, tile_m, tile_n);
+  grouped_tile(blockIdx.x, (M + BM - 1) / BM, (N + BN - 1) / BN, group_m, tile_m, tile_n);
   const int k_tiles = (K + kBlockK - 1) / kBlockK;
   const int warpgroup = threadIdx.x / kWarpgroup;
 
@@ -410,61 +413,89 @@ bool encode_map(CUtensorMap* map, const void* base, bool bf16, int rows, int col
   return result == CUDA_SUCCESS;
 }
 
-template <typename T, int BM, int BN, bool B_KMAJOR>
+template <typename T, int BM, int BN, bool B_KMAJOR, int WANTED>
 cudaError_t launch_typed(const CUtensorMap& a_map, const CUtensorMap& b_map, void* c, int m,
-                         int n, int k, int64_t ldc, cudaStream_t stream) {
-  auto kernel = gemm_kernel<T, BM, BN, B_KMAJOR>;
-  constexpr int bytes = shared_bytes(BM, BN);
+                         int n, int k, int64_t ldc, int group_m, cudaStream_t stream) {
+  constexpr int STAGES = stage_count(BM, BN, WANTED);
+  auto kernel = gemm_kernel<T, BM, BN, B_KMAJOR, STAGES>;
+  constexpr int bytes = shared_bytes(BM, BN, STAGES);
   // Above 48 KB a block's dynamic shared memory must be asked for (per device: every launch).
   const cudaError_t status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (status != cudaSuccess) return status;
   const int blocks = ((m + BM - 1) / BM) * ((n + BN - 1) / BN);
   kernel<<<blocks, (BM / 64 + 1) * kWarpgroup, bytes, stream>>>(
-      a_map, b_map, static_cast<T*>(c), m, n, k, static_cast<int>(ldc));
+      a_map, b_map, static_cast<T*>(c), m, n, k, static_cast<int>(ldc), group_m);
   return cudaGetLastError();
 }
 
+// Stages asked for: 3, 4 or 6 (each capped by the tile's shared-memory budget).
+template <typename T, int BM, int BN, bool B_KMAJOR>
+cudaError_t launch_stages(int stages, const CUtensorMap& a_map, const CUtensorMap& b_map,
+                          void* c, int m, int n, int k, int64_t ldc, int group_m,
+                          cudaStream_t stream) {
+  switch (stages) {
+    case 3:
+      return launch_typed<T, BM, BN, B_KMAJOR, 3>(a_map, b_map, c, m, n, k, ldc, group_m, stream);
+    case 4:
+      return launch_typed<T, BM, BN, B_KMAJOR, 4>(a_map, b_map, c, m, n, k, ldc, group_m, stream);
+    case 6:
+      return launch_typed<T, BM, BN, B_KMAJOR, 6>(a_map, b_map, c, m, n, k, ldc, group_m, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 template <typename T, bool B_KMAJOR>
-cudaError_t launch_tile(int bm, int bn, const CUtensorMap& a_map, const CUtensorMap& b_map,
-                        void* c, int m, int n, int k, int64_t ldc, cudaStream_t stream) {
+cudaError_t launch_tile(int bm, int bn, int stages, const CUtensorMap& a_map,
+                        const CUtensorMap& b_map, void* c, int m, int n, int k, int64_t ldc,
+                        int group_m, cudaStream_t stream) {
   if (bm == 128 && bn == 256) {
-    return launch_typed<T, 128, 256, B_KMAJOR>(a_map, b_map, c, m, n, k, ldc, stream);
+    return launch_stages<T, 128, 256, B_KMAJOR>(stages, a_map, b_map, c, m, n, k, ldc, group_m,
+                                                 stream);
   }
   if (bm == 128 && bn == 128) {
-    return launch_typed<T, 128, 128, B_KMAJOR>(a_map, b_map, c, m, n, k, ldc, stream);
+    return launch_stages<T, 128, 128, B_KMAJOR>(stages, a_map, b_map, c, m, n, k, ldc, group_m,
+                                                 stream);
   }
   if (bm == 64 && bn == 256) {
-    return launch_typed<T, 64, 256, B_KMAJOR>(a_map, b_map, c, m, n, k, ldc, stream);
+    return launch_stages<T, 64, 256, B_KMAJOR>(stages, a_map, b_map, c, m, n, k, ldc, group_m,
+                                                stream);
   }
   if (bm == 64 && bn == 128) {
-    return launch_typed<T, 64, 128, B_KMAJOR>(a_map, b_map, c, m, n, k, ldc, stream);
+    return launch_stages<T, 64, 128, B_KMAJOR>(stages, a_map, b_map, c, m, n, k, ldc, group_m,
+                                                stream);
   }
   return cudaErrorInvalidValue;
 }
 
 // C = A @ B. A row-major [m, k] (row stride lda); B [k, n] either N-major (row-major, row stride
 // ldb: "nn") or K-major (the row-major [n, k] transpose, row stride ldb: "nt"); C row-major
-// [m, n] (row stride ldc). Returns cudaErrorInvalidValue for a tile shape it was not built for
-// or a tensor map the driver refuses.
+// [m, n] (row stride ldc). Returns cudaErrorInvalidValue for a tile shape or stage count it was
+// not built for, a group_m below 1, or a tensor map the driver refuses.
 cudaError_t launch_gemm(const void* a, const void* b, void* c, int m, int n, int k, int64_t lda,
                         int64_t ldb, int64_t ldc, bool bf16, bool b_kmajor, int bm, int bn,
-                        cudaStream_t stream) {
+                        int stages, int group_m, cudaStream_t stream) {
+  if (group_m < 1) return cudaErrorInvalidValue;
   CUtensorMap a_map, b_map;
   const bool encoded = encode_map(&a_map, a, bf16, m, k, lda, bm) &&
                        (b_kmajor ? encode_map(&b_map, b, bf16, n, k, ldb, bn)
                                  : encode_map(&b_map, b, bf16, k, n, ldb, kBlockK));
   if (!encoded) return cudaErrorInvalidValue;
   if (bf16 && b_kmajor) {
-    return launch_tile<__nv_bfloat16, true>(bm, bn, a_map, b_map, c, m, n, k, ldc, stream);
+    return launch_tile<__nv_bfloat16, true>(bm, bn, stages, a_map, b_map, c, m, n, k, ldc, group_m,
+                                            stream);
   }
   if (bf16) {
-    return launch_tile<__nv_bfloat16, false>(bm, bn, a_map, b_map, c, m, n, k, ldc, stream);
+    return launch_tile<__nv_bfloat16, false>(bm, bn, stages, a_map, b_map, c, m, n, k, ldc,
+                                             group_m, stream);
   }
   if (b_kmajor) {
-    return launch_tile<__half, true>(bm, bn, a_map, b_map, c, m, n, k, ldc, stream);
+    return launch_tile<__half, true>(bm, bn, stages, a_map, b_map, c, m, n, k, ldc, group_m,
+                                     stream);
   }
-  return launch_tile<__half, false>(bm, bn, a_map, b_map, c, m, n, k, ldc, stream);
+  return launch_tile<__half, false>(bm, bn, stages, a_map, b_map, c, m, n, k, ldc, group_m,
+                                    stream);
 }
 
 }  // namespace solforge_hgemm

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from solforge.errors import SolforgeError
-from solforge.hgemm.space import WGMMA_TILES
+from solforge.hgemm.space import SPACES, WGMMA_TILES
 
 SOURCE_DIR = Path(__file__).parent
 KERNEL_SOURCE = SOURCE_DIR / "wgmma.cu"
@@ -29,6 +29,7 @@ EXTENSION_NAME = "solforge_hgemm_wgmma"
 ARCH_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)
 CUDA_FLAGS = ("-O3", "-std=c++17", *ARCH_FLAGS)
 TILES = WGMMA_TILES  # (BLOCK_M, BLOCK_N) wgmma.cu is built for
+STAGES = SPACES["wgmma"]["NUM_STAGES"]  # operand stages asked for, each tile built with each
 DISABLE_ENV = "SOLFORGE_HGEMM_DISABLE_WGMMA"
 
 _loaded = False
@@ -84,4 +85,5 @@ def unavailable_reason() -> str | None:
 
 def launch(params: dict[str, int], a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
     build()
-    torch.ops.solforge_hgemm_wgmma.gemm(a, b, out, params["BLOCK_M"], params["BLOCK_N"])
+    torch.ops.solforge_hgemm_wgmma.gemm(a, b, out, params["BLOCK_M"], params["BLOCK_N"],
+                                        params["NUM_STAGES"], params["GROUP_M"])
