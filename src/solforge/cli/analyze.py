@@ -8,11 +8,9 @@ import typer
 from rich.table import Table
 
 from solforge.cli.app import app
+from solforge.cli.choices import DEFAULT_FP32_POLICY, FP32_POLICIES
 from solforge.cli.console import console as make_console
 from solforge.format import duration_ms, si
-from solforge.hardware import load_profile
-from solforge.problem.suite import open_problem
-from solforge.solar import DEFAULT_FP32_POLICY, FP32_POLICIES, Analysis, analyze_workload
 
 console = make_console()
 
@@ -25,10 +23,15 @@ def analyze(
     workload: str = typer.Option(None, help="Only this workload (uuid or a prefix of it)."),
     fp32_policy: str = typer.Option(DEFAULT_FP32_POLICY, help="How float32 products are priced: "
                                     + "; ".join(f"{k}: {v}" for k, v in FP32_POLICIES.items())),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per workload per line."),
+    as_json: bool = typer.Option(False, "--json", help="JSON Lines: one JSON object per "
+                                                       "workload, one per line."),
     top_ops: int = typer.Option(8, help="Ops shown in the per-op breakdown."),
 ) -> None:
     """FLOPs per unit, fused and unfused bytes, the binding bound and T_SOL for each workload."""
+    from solforge.hardware import load_profile
+    from solforge.problem.suite import open_problem
+    from solforge.solar import analyze_workload
+
     loaded = open_problem(problem)
     profile = load_profile(hardware)
     workloads = [loaded.workload(workload)] if workload else list(loaded.workloads)
@@ -47,7 +50,7 @@ def analyze(
         console.print(f"[yellow]note:[/] {note}", highlight=False)
 
 
-def _workload_table(problem, results: list[Analysis]) -> Table:
+def _workload_table(problem, results: list) -> Table:
     table = Table(title="speed of light per workload", title_justify="left")
     for column in ("workload", "axes", "tensor-core FLOPs", "CUDA-core FLOPs", "fused bytes",
                    "unfused bytes", "FLOP/byte", "bound", "T_SOL", "unfused", "cache-aware"):
@@ -71,7 +74,7 @@ def _flops_cell(flops: dict[str, float], prefix: str) -> str:
     return ", ".join(f"{si(v)} {unit}" for v, unit in sorted(parts, reverse=True)) or "0"
 
 
-def _ops_table(result: Analysis, top: int) -> Table:
+def _ops_table(result, top: int) -> Table:
     title = f"per-op breakdown, workload {result.workload[:8]} (roofline time of each op alone)"
     table = Table(title=title, title_justify="left")
     for column in ("op", "calls", "FLOPs", "bytes", "roofline", "share"):

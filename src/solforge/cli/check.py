@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 
 from solforge.cli.app import app
-from solforge.problem.check import check_problem
+from solforge.cli.console import console as make_console
 
-console = Console()
+console = make_console()
 
 
 @app.command()
 def check(problem: str = typer.Argument(..., help="Problem folder or bundled tier/name.")) -> None:
     """Validate a problem and run its reference once on the CPU at its smallest workload."""
+    from solforge.problem.check import check_problem
+
     report = check_problem(problem)
     shapes = ", ".join(f"{n} {list(s)}" for n, s in report.outputs.items())
     axes = ", ".join(f"{k}={v}" for k, v in report.axes.items())

@@ -1,21 +1,22 @@
-"""`solforge eval PROBLEM SOLUTION`: evaluate a candidate kernel, write trace records."""
+"""`solforge eval PROBLEM SOLUTION`: evaluate a candidate kernel, write trace records.
+
+Exit status: 0 when every workload passed, 1 when one did not, 2 on bad input."""
 
 from __future__ import annotations
 
 import math
 
-import torch
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from solforge.cli.app import app
+from solforge.cli.choices import BASELINES
 from solforge.cli.console import console as make_console
-from solforge.format import duration_ms
-from solforge.harness.evaluate import EvalConfig, evaluate
-from solforge.harness.session import Limits
-from solforge.harness.solution import load_solution
-from solforge.harness.trace import Status, Trace, append_traces, trace_line
-from solforge.problem.suite import open_problem
+from solforge.cli.console import progress_lines
+from solforge.cli.failures import failure_cause, wrong_problem_hint
+from solforge.errors import SolforgeError
+from solforge.format import duration_ms, plural
 
 console = make_console()
 progress_console = make_console(stderr=True)
@@ -29,9 +30,13 @@ def eval_command(
     device: str = typer.Option(None, help="cuda or cpu (default: cuda when available)."),
     hardware: str = typer.Option(None, help="Hardware for T_SOL: a catalog name (H200), "
                                             "NAME@MHz, or a profile JSON (default: the GPU)."),
-    baseline: str = typer.Option("best", help="T_b: eager, compile, or best (the faster)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one trace per line."),
+    baseline: str = typer.Option(None, help="T_b: eager, compile, or best (the faster). "
+                                            "Default: best on a GPU; eager on the CPU, where "
+                                            "torch.compile builds C++ for ~10 s per problem."),
+    as_json: bool = typer.Option(False, "--json", help="Print one trace per line (JSON Lines)."),
     output: str = typer.Option(None, "-o", "--output", help="Append the traces to this JSONL."),
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="Print the whole log of every failed workload."),
     workloads: str = typer.Option(None, help="Only these workloads: uuids (or prefixes), "
                                              "comma-separated."),
     smallest: int = typer.Option(None, help="Only the N smallest workloads (CPU default: 2)."),
@@ -42,46 +47,80 @@ def eval_command(
     timeout: float = typer.Option(180.0, help="Seconds allowed per workload, and for the "
                                               "import."),
 ) -> None:
-    """Evaluate SOLUTION on the workloads of PROBLEM: correctness, timing, SOL score."""
+    """Evaluate SOLUTION on the workloads of PROBLEM: correctness, timing, SOL score.
+    Exits 0 when every workload passed, 1 when one did not, 2 on bad input."""
+    import torch
+
+    from solforge.bench.run import DEFAULT_BASELINE
+    from solforge.harness.evaluate import EvalConfig, evaluate, resolve_device
+    from solforge.harness.session import Limits
+    from solforge.harness.solution import load_solution
+    from solforge.harness.trace import append_traces, trace_line
+    from solforge.problem.suite import open_problem
+
+    if baseline is not None and baseline not in BASELINES:
+        raise SolforgeError(f"--baseline {baseline!r}: expected one of {', '.join(BASELINES)}")
     loaded = open_problem(problem)
     candidate = load_solution(solution, loaded.name)
+    kind = resolve_device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type
     config = EvalConfig(
-        device=device or ("cuda" if torch.cuda.is_available() else "cpu"), hardware=hardware,
-        baseline=baseline, workloads=tuple(w for w in (workloads or "").split(",") if w),
+        device=device or kind, hardware=hardware, baseline=baseline or DEFAULT_BASELINE[kind],
+        workloads=tuple(w for w in (workloads or "").split(",") if w),
         smallest=smallest, timing=timing, iterations=iterations, rounds=rounds, seed=seed,
         limits=Limits(setup_timeout_s=timeout, workload_timeout_s=timeout))
-    with progress_console.status("evaluating") as status:
-        traces = evaluate(loaded, candidate, config, progress=status.update)
+    if candidate.definition and candidate.definition != loaded.name:
+        progress_console.print(f"[yellow]note:[/] {escape(candidate.name)} names the "
+                               f"definition {escape(candidate.definition)!r}; evaluating it on "
+                               f"{escape(loaded.name)!r}", highlight=False)
+    with progress_lines(progress_console, "evaluating") as report:
+        traces = evaluate(loaded, candidate, config, progress=report)
     if output is not None:
         append_traces(output, traces)
+    failed = [t for t in traces if not _passed(t)]
     if as_json:
         for trace in traces:
             typer.echo(trace_line(trace))
-        return
+        raise typer.Exit(1 if failed else 0)
     console.print(_table(traces, loaded.definition.var_axes))
-    for trace in traces:
-        if trace.status is not Status.PASSED:
-            first = (trace.evaluation.log or "").strip().splitlines()[:1]
-            console.print(f"[red]{trace.workload['uuid']}[/] {trace.status.value}: "
-                          f"{first[0] if first else ''}", highlight=False)
-    console.print(_summary(traces), highlight=False)
+    causes = []
+    for trace in failed:
+        cause = failure_cause(trace.evaluation.log)
+        causes.append(cause)
+        console.print(f"[red]{trace.workload['uuid'][:8]}[/] {trace.status.value}: "
+                      f"{escape(cause)}", highlight=False, soft_wrap=True)
+        if verbose and trace.evaluation.log:
+            console.print(trace.evaluation.log.rstrip(), highlight=False, markup=False)
+    if failed and not verbose:
+        console.print("(--verbose prints the whole log of each failed workload; --json keeps "
+                      "it in each trace)", highlight=False)
+    hint = wrong_problem_hint(candidate.definition, loaded.name, causes) if failed else None
+    if hint:
+        console.print(f"[yellow]hint:[/] {escape(hint)}", highlight=False, soft_wrap=True)
+    console.print(_summary(traces), highlight=False, soft_wrap=True)
+    raise typer.Exit(1 if failed else 0)
 
 
-def _table(traces: list[Trace], var_axes: list[str]) -> Table:
+def _passed(trace) -> bool:
+    return trace.status.value == "PASSED"
+
+
+def _table(traces: list, var_axes: list[str]) -> Table:
     title = f"{traces[0].solution} on {traces[0].definition}" if traces else ""
     table = Table(title=title, title_justify="left")
-    for column in ("workload", "axes", "status", "T_k", "T_b", "T_SOL", "S", "speedup",
+    gpu = next((t.evaluation.sol_hardware for t in traces if t.evaluation.sol_hardware), None)
+    t_sol = f"T_SOL {gpu.split('-')[0]}" if gpu else "T_SOL"
+    for column in ("workload", "axes", "status", "T_k", "T_b", t_sol, "S", "speedup",
                    "max abs err"):
-        table.add_column(column, justify="left" if column in {"workload", "axes", "status"}
-                         else "right")
+        text = column in {"workload", "axes", "status"}
+        table.add_column(column, justify="left" if text else "right",
+                         overflow="fold", no_wrap=not text)
     for trace in traces:
         evaluation = trace.evaluation
         performance, baseline = evaluation.performance, evaluation.baseline
         axes = trace.workload.get("axes", {})
         table.add_row(
             trace.workload["uuid"][:8], " ".join(f"{a}={axes[a]}" for a in var_axes if a in axes),
-            f"[{'green' if evaluation.status is Status.PASSED else 'red'}]"
-            f"{evaluation.status.value}[/]",
+            f"[{'green' if _passed(trace) else 'red'}]{evaluation.status.value}[/]",
             _time(performance.latency_ms if performance else None),
             _time(baseline.latency_ms if baseline else None)
             + (f" ({baseline.chosen})" if baseline else ""),
@@ -94,9 +133,9 @@ def _table(traces: list[Trace], var_axes: list[str]) -> Table:
     return table
 
 
-def _summary(traces: list[Trace]) -> str:
-    passed = [t for t in traces if t.status is Status.PASSED]
-    parts = [f"{len(passed)}/{len(traces)} passed"]
+def _summary(traces: list) -> str:
+    passed = [t for t in traces if _passed(t)]
+    parts = [f"{len(passed)}/{plural(len(traces), 'workload')} passed"]
     scores = [t.evaluation.sol_score for t in passed if t.evaluation.sol_score is not None]
     if scores:
         parts.append(f"mean SOL score {sum(scores) / len(scores):.3f}")
@@ -112,4 +151,3 @@ def _summary(traces: list[Trace]) -> str:
 
 def _time(ms: float | None) -> str:
     return "-" if ms is None else duration_ms(ms)
-

@@ -12,10 +12,9 @@ import typer
 from rich.table import Table
 
 from solforge.cli.app import app
+from solforge.cli.choices import TIERS
 from solforge.cli.console import console as make_console
 from solforge.errors import ProblemError
-from solforge.problem.problem import load_problem
-from solforge.problem.suite import TIERS, address_of, bundled_problem_dirs
 
 problems_app = typer.Typer(name="problems", help="The bundled problem suite.",
                            no_args_is_help=True)
@@ -43,6 +42,8 @@ def list_problems(
     = False,
 ) -> None:
     """Address, op type, model, workload count and var axes of every bundled problem."""
+    from solforge.problem.suite import bundled_problem_dirs
+
     if tier is not None and tier not in TIERS:
         raise typer.BadParameter(f"{tier!r} is not one of {', '.join(TIERS)}", param_hint="--tier")
     rows = [problem_row(folder) for folder in bundled_problem_dirs(tier)]
@@ -61,6 +62,9 @@ def list_problems(
 
 
 def problem_row(folder: Path) -> ProblemRow:
+    from solforge.problem.problem import load_problem
+    from solforge.problem.suite import address_of
+
     address = address_of(folder)
     try:
         problem = load_problem(folder)

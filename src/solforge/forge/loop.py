@@ -29,6 +29,7 @@ from solforge.forge import archive
 from solforge.forge.fitness import Verdict, verdict
 from solforge.forge.search import search
 from solforge.forge.templates import templates_for
+from solforge.format import fitness
 from solforge.harness.evaluate import EvalConfig, evaluate
 from solforge.harness.solution import parse_solution
 from solforge.harness.trace import Status, Trace
@@ -286,7 +287,7 @@ class Optimizer:
             self.best_fitness = judged.fitness
         label = "S" if judged.kind == "sol_score" else "speedup over T_b"
         mark = "new best" if improved else "passed"
-        self.report(f"{record.name}: {mark}, {label} {judged.fitness:.3f} "
+        self.report(f"{record.name}: {mark}, {label} {fitness(judged.fitness)} "
                     f"(T_k {judged.latency_ms:.4g} ms) in cell {record.cell}")
 
     def _eval_config(self) -> EvalConfig:
