@@ -328,7 +328,7 @@ def test_chromium_renders_the_page_without_console_errors(page, tmp_path):
     dom, console = _chromium(page, tmp_path / "profile")
     assert console == []
     assert 'data-sortable="ready"' in dom  # the script ran to its end
-    assert dom.count("<svg") == 2
+    assert dom.count("<svg") == 6
     for gid in ("scores-best-l1", "roofline-eager", "roofline-solution-0", "ceiling-dram"):
         assert f'id="{gid}"' in dom
     assert dom.count("<use") == page.read_text().count("<use")  # every marker is in the DOM
