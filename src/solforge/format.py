@@ -44,11 +44,12 @@ _TIME_UNITS = (("s", 1e-3), ("ms", 1.0), ("us", 1e3), ("ns", 1e6))
 
 
 def time_unit(values_ms: Iterable[float]) -> tuple[str, float]:
-    """One unit for a column of times: the largest in which its smallest time reads >= 1, so
-    every cell is a short plain number and the unit goes in the header once."""
-    smallest = min((v for v in values_ms if v is not None and v > 0), default=1.0)
+    """One unit for a column of times, so the unit goes in the header once: the largest unit in
+    which the column's largest time reads >= 1. Every cell then reads below 1000 (at most
+    seven characters, "0.00512" for a time 5000x smaller)."""
+    largest = max((v for v in values_ms if v is not None and v > 0), default=1.0)
     for unit, factor in _TIME_UNITS:
-        if smallest * factor >= 1:
+        if largest * factor >= 1:
             return unit, factor
     return _TIME_UNITS[-1]
 
@@ -69,3 +70,13 @@ def time_range(times_ms: Sequence[float], factor: float) -> str:
     if number(low * factor) == number(high * factor):
         return number(low * factor)
     return f"{number(low * factor)}-{number(high * factor)}"
+
+
+def si_unit(values: Iterable[float], unit: str) -> tuple[str, float]:
+    """One SI-prefixed unit for a column: the largest prefix in which its largest value reads
+    >= 1 ("MB", 1e-6 for 24.6e3 and 134e6 bytes: 0.0246 and 134)."""
+    largest = max((abs(v) for v in values if v), default=1.0)
+    for scale, prefix in _PREFIXES:
+        if largest >= scale:
+            return f"{prefix}{unit}", 1 / scale
+    return unit, 1.0

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich import box
 from rich.markup import escape
 from rich.table import Table
 
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
+from solforge.cli.tables import compact_table
 from solforge.errors import SolforgeError
 from solforge.format import number, plural, time_range, time_unit
 from solforge.storage import store_scope
@@ -65,7 +65,7 @@ def bench_command(
     from solforge.bench.progress import ProgressBar
     from solforge.bench.results import read_results
     from solforge.bench.run import DEFAULT_BASELINE, BenchConfig, run_bench
-    from solforge.bench.summary import footnote, problem_line, solution_line, tier_lines
+    from solforge.bench.summary import footnote, problem_line, tier_lines
     from solforge.harness.session import Limits
 
     device_type = _device_type(device, runner)
@@ -103,14 +103,21 @@ def bench_command(
     console.print(f"{plural(outcome.measured, 'trace')} measured, {outcome.skipped} already "
                   f"stored; run {outcome.run_id} in {store.url} (`solforge export -o FILE` "
                   f"writes them as JSONL)", highlight=False)
-    incomplete = [problem.address for problem in results
-                  if any(solution_line(problem, name, outcomes, chosen, False).passed
-                         < len(problem.workloads)
-                         for name, outcomes in problem.solutions.items())]
+    incomplete = incomplete_problems(results)
     if incomplete or outcome.failures:
         console.print(f"not every workload passed: {', '.join(incomplete) or 'see above'}",
                       highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def incomplete_problems(results: list) -> list[str]:
+    """The problems where some solution did not pass every benched workload (a workload with
+    no trace, a unit that could not run, counts as not passed): they make the exit status 1."""
+    from solforge.bench.summary import solution_line
+
+    return [problem.address for problem in results
+            if any(solution_line(problem, name, outcomes, "eager", False).passed
+                   < len(problem.workloads) for name, outcomes in problem.solutions.items())]
 
 
 def _device_type(device: str | None, runner: str) -> str:
@@ -139,10 +146,9 @@ def problem_table(lines: list, profile: str) -> Table:
     compile_unit, compiled = time_unit(t for line in lines for t in line.compile_ms)
     columns = {
         "problem": [line.address for line in lines],
-        f"T_SOL {profile.split('-')[0]} ({t_sol_unit})":
-            [time_range(line.t_sol_ms, t_sol) for line in lines],
-        f"eager ({eager_unit})": [time_range(line.eager_ms, eager) for line in lines],
-        f"compile ({compile_unit})": [time_range(line.compile_ms, compiled) for line in lines],
+        f"T_SOL {t_sol_unit}": [time_range(line.t_sol_ms, t_sol) for line in lines],
+        f"eager {eager_unit}": [time_range(line.eager_ms, eager) for line in lines],
+        f"compile {compile_unit}": [time_range(line.compile_ms, compiled) for line in lines],
         "best solution": [line.best.name if line.best else "-" for line in lines],
         "passed": [f"{line.best.passed}/{line.best.count}" if line.best else "-"
                    for line in lines],
@@ -151,7 +157,8 @@ def problem_table(lines: list, profile: str) -> Table:
         "x compile": [_speedup(line.best.speedup_compile if line.best else None)
                       for line in lines],
     }
-    return _table("solforge bench: per problem", columns, text={"problem", "best solution"})
+    return compact_table(f"solforge bench: per problem (T_SOL on {profile})", columns,
+                         text={"problem", "best solution"})
 
 
 def tier_table(lines: list) -> Table:
@@ -165,21 +172,7 @@ def tier_table(lines: list) -> Table:
         "T_SOL/T_k": [_number(line.fraction_of_sol, "{:.3f}") for line in lines],
         "x eager": [_speedup(line.speedup_eager) for line in lines],
     }
-    return _table("solforge bench: per tier (medians over problems)", columns, text={"tier"})
-
-
-def _table(title: str, columns: dict[str, list[str]], text: set[str]) -> Table:
-    """A compact table (no vertical rules) of the columns that hold at least one value; text
-    columns fold at any character, numbers never wrap."""
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    kept = [name for name, cells in columns.items()
-            if name in text or any(cell != "-" for cell in cells)]
-    for name in kept:
-        table.add_column(name, justify="left" if name in text else "right",
-                         overflow="fold", no_wrap=name not in text)
-    for row in zip(*(columns[name] for name in kept)):
-        table.add_row(*(escape(cell) for cell in row))
-    return table
+    return compact_table("solforge bench: per tier (medians over problems)", columns, text={"tier"})
 
 
 def _speedup(value: float | None) -> str:

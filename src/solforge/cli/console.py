@@ -9,11 +9,16 @@ PIPED_WIDTH = 160  # tables of piped output keep this width; a terminal keeps it
 
 
 def console(stderr: bool = False):
-    """A Rich console that stays wide enough for tables when output is piped."""
+    """A Rich console that stays wide enough for tables when output is piped (unless COLUMNS
+    names a width)."""
+    import os
+
     from rich.console import Console
 
     probe = Console(stderr=stderr)
-    return probe if probe.is_terminal else Console(stderr=stderr, width=PIPED_WIDTH)
+    if probe.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return probe
+    return Console(stderr=stderr, width=PIPED_WIDTH)
 
 
 @contextmanager

@@ -15,8 +15,9 @@ from solforge.cli.choices import BASELINES
 from solforge.cli.console import console as make_console
 from solforge.cli.console import progress_lines
 from solforge.cli.failures import failure_cause, wrong_problem_hint
+from solforge.cli.tables import EMPTY, compact_table
 from solforge.errors import SolforgeError
-from solforge.format import duration_ms, plural
+from solforge.format import number, plural, time_unit
 
 console = make_console()
 progress_console = make_console(stderr=True)
@@ -82,6 +83,10 @@ def eval_command(
             typer.echo(trace_line(trace))
         raise typer.Exit(1 if failed else 0)
     console.print(_table(traces, loaded.definition.var_axes))
+    if kind == "cpu":
+        console.print("CPU mode: T_k and T_b are CPU wall times (Triton kernels run in its "
+                      "interpreter, far slower than on a GPU); T_SOL is the GPU's bound, shown "
+                      "for scale; no SOL score is computed.", highlight=False, soft_wrap=True)
     causes = []
     for trace in failed:
         cause = failure_cause(trace.evaluation.log)
@@ -105,32 +110,31 @@ def _passed(trace) -> bool:
 
 
 def _table(traces: list, var_axes: list[str]) -> Table:
+    """One row per workload, readable at 80 columns: one time unit per column, in its header
+    (on the CPU, T_k and T_b are CPU wall times and T_SOL that of the GPU named)."""
+    evaluations = [t.evaluation for t in traces]
+    kernel = [e.performance.latency_ms if e.performance else None for e in evaluations]
+    base = [e.baseline.latency_ms if e.baseline else None for e in evaluations]
+    bound = [e.t_sol_ms for e in evaluations]
+    gpu = next((e.sol_hardware for e in evaluations if e.sol_hardware), None)
+    columns: dict[str, list[str]] = {
+        "workload": [t.workload["uuid"][:8] for t in traces],
+        "axes": [" ".join(f"{a}={t.workload.get('axes', {})[a]}" for a in var_axes
+                          if a in t.workload.get("axes", {})) or "-" for t in traces],
+        "status": [e.status.value for e in evaluations],
+    }
+    for name, times in (("T_k", kernel), ("T_b", base),
+                        (f"T_SOL {gpu.split('-')[0]}" if gpu else "T_SOL", bound)):
+        unit, factor = time_unit(t for t in times if t is not None)
+        columns[f"{name} {unit}"] = [EMPTY if t is None else number(t * factor) for t in times]
+    columns["T_b of"] = [e.baseline.chosen if e.baseline else EMPTY for e in evaluations]
+    columns["S"] = [EMPTY if e.sol_score is None else f"{e.sol_score:.3f}" for e in evaluations]
+    columns["speedup"] = [f"{number(e.performance.speedup_factor)}x" if e.performance
+                          else EMPTY for e in evaluations]
+    columns["max err"] = [f"{e.correctness.max_absolute_error:.2g}" if e.correctness else EMPTY
+                          for e in evaluations]
     title = f"{traces[0].solution} on {traces[0].definition}" if traces else ""
-    table = Table(title=title, title_justify="left")
-    gpu = next((t.evaluation.sol_hardware for t in traces if t.evaluation.sol_hardware), None)
-    t_sol = f"T_SOL {gpu.split('-')[0]}" if gpu else "T_SOL"
-    for column in ("workload", "axes", "status", "T_k", "T_b", t_sol, "S", "speedup",
-                   "max abs err"):
-        text = column in {"workload", "axes", "status"}
-        table.add_column(column, justify="left" if text else "right",
-                         overflow="fold", no_wrap=not text)
-    for trace in traces:
-        evaluation = trace.evaluation
-        performance, baseline = evaluation.performance, evaluation.baseline
-        axes = trace.workload.get("axes", {})
-        table.add_row(
-            trace.workload["uuid"][:8], " ".join(f"{a}={axes[a]}" for a in var_axes if a in axes),
-            f"[{'green' if _passed(trace) else 'red'}]{evaluation.status.value}[/]",
-            _time(performance.latency_ms if performance else None),
-            _time(baseline.latency_ms if baseline else None)
-            + (f" ({baseline.chosen})" if baseline else ""),
-            _time(evaluation.t_sol_ms),
-            "-" if evaluation.sol_score is None else f"{evaluation.sol_score:.3f}",
-            f"{performance.speedup_factor:.3g}x" if performance else "-",
-            f"{evaluation.correctness.max_absolute_error:.2g}" if evaluation.correctness
-            else "-",
-        )
-    return table
+    return compact_table(title, columns, text={"workload", "axes", "status", "T_b of"})
 
 
 def _summary(traces: list) -> str:
@@ -148,6 +152,3 @@ def _summary(traces: list) -> str:
     parts += sorted(labels)
     return "; ".join(parts)
 
-
-def _time(ms: float | None) -> str:
-    return "-" if ms is None else duration_ms(ms)
