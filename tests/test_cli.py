@@ -339,7 +339,7 @@ def test_bench_progress_prints_a_line_per_trace_when_piped():
     from solforge.harness.trace import Environment, Evaluation, Status, Trace
 
     out = Console(file=io.StringIO(), width=200)
-    evaluation = Evaluation(status=Status.PASSED, environment=Environment("CPU_x86_64", {}),
+    evaluation = Evaluation(status=Status.RUNTIME_ERROR, environment=Environment("CPU_x86_64", {}),
                             timestamp="2026-12-01T00:00:00Z")
     with ProgressBar(out) as bar:
         bar.start(total=2, skipped=0)
@@ -348,7 +348,8 @@ def test_bench_progress_prints_a_line_per_trace_when_piped():
             bar.saved(Trace("rmsnorm_small", "honest", {"uuid": uuid}, evaluation))
     lines = out.file.getvalue().splitlines()
     assert [line.split("] ", 1)[1] for line in lines] == [
-        "rmsnorm_small honest 6cb55020 PASSED", "rmsnorm_small honest c67fc896 PASSED"]
+        "rmsnorm_small honest 6cb55020 RUNTIME_ERROR",
+        "rmsnorm_small honest c67fc896 RUNTIME_ERROR"]
     assert lines[0].startswith("[1/2 ") and lines[1].startswith("[2/2 ")
 
 
@@ -362,7 +363,7 @@ def test_problems_list_json_keeps_whole_descriptions(monkeypatch, capsys):
                                    for row in rows]))
     assert max(len(line) for line in text.splitlines()) <= 80
     assert f"{len(rows)} bundled problems" in text
-    assert "fib/gqa_paged_decode_llama3_1_70b_ps16" in text.replace("\n ", "").replace(" ", "")
+    assert sum(line.lstrip().startswith("fib/") for line in text.splitlines()) == len(rows)
 
 
 def test_analyze_json_is_json_lines_and_its_table_fits_80_columns(monkeypatch, capsys):
