@@ -377,3 +377,35 @@ def test_analyze_json_is_json_lines_and_its_table_fits_80_columns(monkeypatch, c
     assert done.returncode == 0, done.stderr
     assert max(len(line) for line in done.stdout.splitlines()) <= 80
     assert "T_SOL us" in done.stdout and "0.00512" in done.stdout
+
+
+def test_optimize_exits_1_when_no_candidate_is_correct(tmp_path, monkeypatch, capsys):
+    """The search itself is tested in test_optimize.py; here only what the command makes of an
+    outcome with no correct candidate (status 1), and of an unknown problem (status 2)."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    import solforge.forge.loop as loop
+    import solforge.runners as runners
+
+    class NoLuck:
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def run(self):
+            return SimpleNamespace(judged=3, reused=0, hacks=1, elites=[], best=None)
+
+    @contextmanager
+    def one_slot(*args):
+        yield SimpleNamespace(slots=1, machine=SimpleNamespace(hardware="CPU_x86_64"))
+
+    monkeypatch.setattr(loop, "Optimizer", NoLuck)
+    monkeypatch.setattr(runners, "open_runner", one_slot)
+    code, out, _ = run_main(["optimize", str(SMALL), "--device", "cpu", "--budget", "3",
+                             "--db", str(tmp_path / "forge.db")], monkeypatch, capsys)
+    assert code == 1
+    assert "judged 3 candidates (0 already in the store, 1 reward hack)" in out
+    assert "no correct candidate yet" in out
+    code, _, err = run_main(["optimize", "l1/no_such_problem", "--device", "cpu"], monkeypatch,
+                            capsys)
+    assert code == 2 and "solforge problems list" in err
