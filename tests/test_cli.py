@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import resource
 import sqlite3
 import subprocess
@@ -409,3 +410,16 @@ def test_optimize_exits_1_when_no_candidate_is_correct(tmp_path, monkeypatch, ca
     code, _, err = run_main(["optimize", "l1/no_such_problem", "--device", "cpu"], monkeypatch,
                             capsys)
     assert code == 2 and "solforge problems list" in err
+
+
+def test_the_readme_counts_the_problems_the_code_ships():
+    from solforge.problem.suite import bundled_problem_dirs
+
+    readme = " ".join((SRC.parent / "README.md").read_text().split())
+    total = re.search(r"holds (\d+) problems", readme)
+    assert total and int(total.group(1)) == len(bundled_problem_dirs())
+    for tier, pattern in (("l1", r"(\d+) single operators"), ("l2", r"(\d+) fused blocks"),
+                          ("quant", r"(\d+) quantization problems"),
+                          ("fib", r"(\d+) inference primitives")):
+        found = re.search(pattern, readme)
+        assert found and int(found.group(1)) == len(bundled_problem_dirs(tier)), tier
