@@ -17,6 +17,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from solforge.format import plural
 from solforge.harness.trace import Trace
 
 
@@ -46,7 +47,7 @@ class ProgressBar:
 
     def start(self, total: int, skipped: int) -> None:
         if skipped:
-            self.console.print(f"{skipped} traces already in the store: skipped "
+            self.console.print(f"{plural(skipped, 'trace')} already in the store: skipped "
                                "(--fresh measures them again)", highlight=False)
         self.total, self.done, self.started = total, 0, time.monotonic()
         self.task = self.progress.add_task("starting", total=total)

@@ -88,7 +88,7 @@ def bench_command(
         with ProgressBar(progress_console) as bar:
             outcome = run_bench(problems, store, config, bar)
     if outcome.interrupted:
-        console.print(f"interrupted: {outcome.measured} traces saved in {store.url} (run "
+        console.print(f"interrupted: {plural(outcome.measured, 'trace')} saved in {store.url} (run "
                       f"{outcome.run_id}); run the same command again to resume.",
                       highlight=False)
         raise typer.Exit(130)

@@ -6,6 +6,7 @@ import typer
 
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
+from solforge.format import plural
 
 console = make_console()
 
@@ -18,6 +19,6 @@ def check(problem: str = typer.Argument(..., help="Problem folder or bundled tie
     report = check_problem(problem)
     shapes = ", ".join(f"{n} {list(s)}" for n, s in report.outputs.items())
     axes = ", ".join(f"{k}={v}" for k, v in report.axes.items())
-    console.print(f"[green]ok[/] {report.problem}: {report.workloads} workloads valid; "
+    console.print(f"[green]ok[/] {report.problem}: {plural(report.workloads, 'workload')} valid; "
                   f"reference ran at {report.workload} ({axes}) in {report.seconds:.2f} s "
                   f"-> {shapes}", highlight=False)

@@ -14,6 +14,7 @@ import typer
 from solforge.cli.app import app
 from solforge.cli.choices import TIERS
 from solforge.cli.console import console as make_console
+from solforge.format import plural
 
 import_app = typer.Typer(name="import", help="Import problems from other formats.",
                          no_args_is_help=True)
@@ -49,7 +50,7 @@ def kernelbench(
         else:
             console.print(f"[red]failed[/] {result.error}", highlight=False, soft_wrap=True)
     failed = sum(not r.ok for r in results)
-    console.print(f"{len(results) - failed} of {len(results)} files imported into {out}",
+    console.print(f"{len(results) - failed} of {plural(len(results), 'file')} imported into {out}",
                   highlight=False, soft_wrap=True)
     if failed:
         raise typer.Exit(1)
@@ -111,7 +112,8 @@ def _print_report(report, out: Path) -> None:
         console.print(f"[green]ok[/] {folder}", highlight=False, soft_wrap=True)
     for issue in report.issues:
         console.print(f"[red]skipped[/] {issue}", highlight=False, soft_wrap=True)
-    console.print(f"{len(report.written)} problems written into {out}; "
-                  f"{len(report.issues)} entries skipped", highlight=False, soft_wrap=True)
+    console.print(f"{plural(len(report.written), 'problem')} written into {out}; "
+                  f"{plural(len(report.issues), 'entry', 'entries')} skipped", highlight=False,
+                  soft_wrap=True)
     if report.issues:
         raise typer.Exit(1)

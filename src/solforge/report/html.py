@@ -12,7 +12,7 @@ from html import escape
 from typing import Any
 
 from solforge.errors import HardwareError
-from solforge.format import duration_ms
+from solforge.format import duration_ms, plural
 from solforge.hardware import HardwareProfile, load_profile
 from solforge.report.charts import roofline, score_strip, workload_speedups, workload_times
 from solforge.report.data import ReportData, RunInfo, WorkloadResult
@@ -115,8 +115,9 @@ def _header(data: ReportData, generated_at: datetime.datetime) -> str:
     solutions = {c.solution for r in results for c in r.candidates}
     platforms = sorted({r.platform for r in results})
     return (f"<header>\n<h1>solforge report</h1>\n<p>Generated {_date(generated_at)} from "
-            f"<code>{escape(data.url)}</code>: {len(results)} workload measurements of "
-            f"{len(problems)} problems, {len(solutions)} candidate solutions, measured on "
+            f"<code>{escape(data.url)}</code>: {plural(len(results), 'workload measurement')} "
+            f"of {plural(len(problems), 'problem')}, "
+            f"{plural(len(solutions), 'candidate solution')}, measured on "
             f"{escape(', '.join(platforms))}.</p>\n</header>")
 
 
