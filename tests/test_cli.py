@@ -22,7 +22,7 @@ from solforge import cli
 from solforge.bench.results import Measured, ProblemResults
 from solforge.bench.summary import problem_line, tier_lines
 from solforge.cli import choices, main
-from solforge.cli.bench import incomplete_problems, problem_table, tier_table
+from solforge.cli.bench import incomplete_problems, problem_tables, tier_table
 from solforge.cli.failures import failure_cause, wrong_problem_hint
 from solforge.cli.problems import ProblemRow, problems_table
 from solforge.errors import SolforgeError
@@ -304,7 +304,7 @@ def test_bench_tables_fit_80_columns_with_whole_numbers():
     results = [_results("l1/gemm_bias_gelu_whisper_large_v3_fc1", "triton_gemm_bias_gelu_tma"),
                _results("fib/gqa_paged_decode_llama3_1_70b_ps16", "triton_paged_decode")]
     lines = [problem_line(r, "eager", scored=False) for r in results]
-    text = _render(problem_table(lines, "H200-SXM")) + _render(
+    text = "".join(_render(table) for table in problem_tables(lines, "H200-SXM")) + _render(
         tier_table(tier_lines(results, "eager", scored=False)))
     assert max(len(line) for line in text.splitlines()) <= 80
     for header in ("T_SOL on H200-SXM", "T_SOL ns", "eager us", "x eager"):

@@ -97,7 +97,8 @@ def bench_command(
     scored = outcome.device == "cuda"
     results = read_results(store, outcome)
     lines = [problem_line(problem, chosen, scored) for problem in results]
-    console.print(problem_table(lines, outcome.profile))
+    for table in problem_tables(lines, outcome.profile):
+        console.print(table)
     console.print(tier_table(tier_lines(results, chosen, scored)))
     console.print(footnote(scored, chosen, outcome.profile), highlight=False)
     console.print(f"{plural(outcome.measured, 'trace')} measured, {outcome.skipped} already "
@@ -138,17 +139,23 @@ def _device_type(device: str | None, runner: str) -> str:
     return kind
 
 
-def problem_table(lines: list, profile: str) -> Table:
-    """One row per problem, readable at 80 columns: one time unit per column (in its header),
-    columns without a single value left out (S and torch.compile on the CPU)."""
+def problem_tables(lines: list, profile: str) -> tuple[Table, Table]:
+    """Per problem, two tables that each fit 80 columns: the times (T_SOL and the baselines,
+    one unit per column, in its header) and the best solution. Columns without a single value
+    are left out (torch.compile, S and the speedup over it on the CPU)."""
     t_sol_unit, t_sol = time_unit(t for line in lines for t in line.t_sol_ms)
     eager_unit, eager = time_unit(t for line in lines for t in line.eager_ms)
     compile_unit, compiled = time_unit(t for line in lines for t in line.compile_ms)
-    columns = {
-        "problem": [line.address for line in lines],
+    problems = [line.address for line in lines]
+    times = {
+        "problem": problems,
+        "workloads": [str(max(len(line.t_sol_ms), len(line.eager_ms))) for line in lines],
         f"T_SOL {t_sol_unit}": [time_range(line.t_sol_ms, t_sol) for line in lines],
         f"eager {eager_unit}": [time_range(line.eager_ms, eager) for line in lines],
         f"compile {compile_unit}": [time_range(line.compile_ms, compiled) for line in lines],
+    }
+    best = {
+        "problem": problems,
         "best solution": [line.best.name if line.best else "-" for line in lines],
         "passed": [f"{line.best.passed}/{line.best.count}" if line.best else "-"
                    for line in lines],
@@ -157,8 +164,10 @@ def problem_table(lines: list, profile: str) -> Table:
         "x compile": [_speedup(line.best.speedup_compile if line.best else None)
                       for line in lines],
     }
-    return compact_table(f"solforge bench: per problem (T_SOL on {profile})", columns,
-                         text={"problem", "best solution"})
+    return (compact_table(f"solforge bench: times per problem (lowest-highest over its "
+                          f"workloads; T_SOL on {profile})", times, text={"problem"}),
+            compact_table("solforge bench: best solution per problem", best,
+                          text={"problem", "best solution"}))
 
 
 def tier_table(lines: list) -> Table:
