@@ -10,7 +10,8 @@ from rich.table import Table
 
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
-from solforge.format import fitness, plural
+from solforge.cli.tables import compact_table
+from solforge.format import fitness, number, plural, time_unit
 from solforge.storage import open_store, store_scope
 
 console = make_console()
@@ -118,10 +119,13 @@ def archive_show(
             cells.append(fitness(max(inside)) if inside else "-")
         grid.add_row(memory, *cells)
     console.print(grid)
-    table = Table(title="elites, best first", title_justify="left")
-    for column in ("cell (memory/compute/parallel/tile)", "elite", "fitness", "T_k"):
-        table.add_column(column)
-    for elite in found:
-        latency = f"{elite.latency_ms:.4g} ms" if elite.latency_ms is not None else "-"
-        table.add_row(elite.cell, elite.name, fitness(elite.fitness), latency)
-    console.print(table)
+    unit, factor = time_unit(e.latency_ms for e in found if e.latency_ms is not None)
+    columns = {
+        "cell (memory/compute/parallel/tile)": [elite.cell for elite in found],
+        "elite": [elite.name for elite in found],
+        "fitness": [fitness(elite.fitness) for elite in found],
+        f"T_k {unit}": ["-" if e.latency_ms is None else number(e.latency_ms * factor)
+                        for e in found],
+    }
+    console.print(compact_table("elites, best first", columns,
+                                text={"cell (memory/compute/parallel/tile)", "elite"}))
