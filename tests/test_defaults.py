@@ -3,6 +3,7 @@ device, the profile T_SOL is priced on, and the baseline."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass
 
@@ -76,7 +77,7 @@ def test_bad_settings_are_one_line_errors(no_gpu, device, baseline, message):
 
 
 def _eval_config(monkeypatch, *options: str):
-    monkeypatch.setattr("solforge.cli.eval.evaluate", _capture)
+    monkeypatch.setattr(importlib.import_module("solforge.harness.evaluate"), "evaluate", _capture)
     result = CliRunner().invoke(app, ["eval", str(PROBLEM), str(SOLUTION),
                                       *options])
     assert isinstance(result.exception, Captured), result.output
@@ -84,7 +85,7 @@ def _eval_config(monkeypatch, *options: str):
 
 
 def _bench_config(monkeypatch, tmp_path, *options: str):
-    monkeypatch.setattr("solforge.cli.bench.run_bench", _capture)
+    monkeypatch.setattr("solforge.bench.run.run_bench", _capture)
     result = CliRunner().invoke(app, ["bench", str(PROBLEM), "--no-bundled",
                                       "--db", f"sqlite:///{tmp_path / 'bench.db'}", *options])
     assert isinstance(result.exception, Captured), result.output

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from solforge.cli import app
-from solforge.cli.problems import first_sentence
+from solforge.cli.problems import first_sentence, shorten
 from solforge.errors import ProblemError
 from solforge.hardware import load_profile
 from solforge.problem.check import check_problem
@@ -90,7 +90,9 @@ def test_problems_list_table():
 def test_first_sentence_is_cut_at_the_sentence_end_and_the_limit():
     assert first_sentence("RMSNorm of Llama-3.1-8B (eps=1e-5). Applied per token.") == (
         "RMSNorm of Llama-3.1-8B (eps=1e-5).")
-    assert first_sentence("x" * 200, limit=10) == "xxxxxxx..."
+    assert first_sentence("x" * 200) == "x" * 200  # whole: --json prints it
+    assert shorten("x" * 200, limit=10) == "xxxxxxx..."  # the table cuts it
+    assert shorten("Paged attention of Llama, decode", limit=20) == "Paged attention..."
 
 
 def test_check_and_analyze_take_an_address():

@@ -146,7 +146,8 @@ def _mean_y(marks: list[ElementTree.Element]) -> float:
 
 
 def test_leaderboard_ranks_by_mean_score(page):
-    rows = _table_rows(page.read_text(), "leaderboard-table")
+    html = page.read_text()
+    rows = _table_rows(html, "leaderboard-table")
     by_key = {(r[1], r[2], r[4]): r for r in rows}
     columns = ["rank", "solution", "problem", "author", "platform", "workloads", "PASSED",
                "failed", "mean S", "geomean speedup"]
@@ -157,10 +158,14 @@ def test_leaderboard_ranks_by_mean_score(page):
     slow = dict(zip(columns, by_key["cuda_slow", "l2/swiglu_mlp_llama3_1_8b", GPU]))
     assert slow["mean S"] == f"{2 * SLOW_SCORE / 3:.3f}"  # a failure scores 0: mean of 0, S, S
     assert (slow["PASSED"], slow["failed"]) == ("2", "INCORRECT_NUMERICAL 1")
-    # Ranked: every triton_fast row on the GPU first, the CPU timing (no S) last.
+    # Ranked: every triton_fast row on the GPU first; the CPU timing (no S) is not ranked.
     assert [r[1] for r in rows[:3]] == ["triton_fast"] * 3
-    assert rows[-1][4] == f"{CPU} (CPU timing)" and rows[-1][8] == "-"
-    assert rows[-1][9] == f"{0.8 / 2.0:.3g}x"  # CPU against the CPU baseline only
+    assert [r[0] for r in rows] == [str(i) for i in range(1, len(rows) + 1)]
+    assert all(r[4] == GPU for r in rows)
+    unranked = _table_rows(html, "unranked-table")
+    assert len(unranked) == 1
+    assert unranked[0][3] == f"{CPU} (CPU timing)" and unranked[0][7] == "-"
+    assert unranked[0][8] == f"{0.8 / 2.0:.3g}x"  # CPU against the CPU baseline only
 
 
 def test_problem_table_rows(page):
@@ -183,7 +188,7 @@ def test_charts_are_inline_svg_with_every_series(page):
     html = page.read_text()
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "").replace(
         'xmlns:xlink="http://www.w3.org/1999/xlink"', "")  # loads nothing
-    strip, roof = _svgs(html)
+    strip, roof = _svgs(html)[:2]
     # Scores: one point per GPU workload and tier, for the best candidate and for compile.
     for tier, count in (("l1", 2), ("l2", 3), ("fib", 1)):
         assert len(_marks(strip, f"scores-best-{tier}")) == count
@@ -199,6 +204,34 @@ def test_charts_are_inline_svg_with_every_series(page):
     for ceiling in ("ceiling-dram", "ceiling-simt.fp32", "ceiling-tensor.bf16"):
         group = _group(roof, ceiling)
         assert group is not None and group.find(f".//{SVG}path") is not None, ceiling
+
+
+def test_per_workload_charts_draw_every_platform(page):
+    cpu_times, cpu_speedups, gpu_times, gpu_speedups = _svgs(page.read_text())[2:]
+    # The GPU: 6 workloads, each with T_SOL, both baselines and triton_fast; cuda_slow passed 3.
+    for series, count in (("times-tsol", 6), ("times-eager", 6), ("times-compile", 6),
+                          ("times-solution-0", 6), ("times-solution-1", 3)):
+        assert len(_marks(gpu_times, series)) == count, series
+    # Faster is further left (smaller SVG x) on the time axis.
+    def mean_x(marks):
+        return sum(float(m.get("x")) for m in marks) / len(marks)
+    assert (mean_x(_marks(gpu_times, "times-tsol")) < mean_x(_marks(gpu_times,
+            "times-solution-0")) < mean_x(_marks(gpu_times, "times-eager")))
+    assert len(_marks(gpu_speedups, "speedup-solution-0")) == 6
+    # The CPU: one workload, its times and its 0.5x speedup, all drawn though nothing is scored.
+    assert len(_marks(cpu_times, "times-eager")) == 1
+    assert len(_marks(cpu_times, "times-solution-0")) == 1
+    assert len(_marks(cpu_speedups, "speedup-solution-0")) == 1
+
+
+def test_a_cpu_only_store_gets_charts_and_no_ranking(store_url):
+    html = render(gather(open_store(store_url, must_exist=True), [2]))  # run 2: the CPU run
+    assert "leaderboard-table" not in html and "Nothing to rank" in html
+    assert len(_table_rows(html, "unranked-table")) == 1
+    svgs = _svgs(html)
+    assert len(svgs) == 2  # times and speedups; no score strip, no roofline
+    assert _marks(svgs[0], "times-eager") and _marks(svgs[1], "speedup-solution-0")
+    assert "measure the interpreter, not a kernel" in html
 
 
 def test_header_names_runs_and_versions(page):
@@ -223,7 +256,11 @@ def test_store_without_analyses_renders_a_clear_page(tmp_path):
     url = f"sqlite:///{tmp_path / 'plain.db'}"
     _fill(Store(url), analyzed=False)
     html = render(gather(open_store(url)))
-    assert "<svg" not in html
+    svgs = _svgs(html)
+    # No score strip and no roofline; the per-workload times and speedups are still drawn.
+    assert not any(_group(svg, "scores-best-l1") or _group(svg, "ceiling-dram") for svg in svgs)
+    assert any(_marks(svg, "times-eager") for svg in svgs)
+    assert not any(_group(svg, "times-tsol") for svg in svgs)  # no analysis, no T_SOL
     assert "No workload could be scored" in html
     assert "nothing to place on a roofline" in html
     assert "with no speed-of-light analysis in the store: 7" in html
@@ -251,7 +288,8 @@ def test_cli_writes_the_page(store_url, tmp_path, monkeypatch, capsys):
         main()
     assert exit_info.value.code in (0, None)
     assert "wrote" in capsys.readouterr().out
-    assert output.read_text().count("<svg") == 2
+    # score strip, roofline, and times + speedups for each of the two platforms
+    assert output.read_text().count("<svg") == 6
 
 
 # ---- headless Chromium -----------------------------------------------------------------------
@@ -290,7 +328,7 @@ def test_chromium_renders_the_page_without_console_errors(page, tmp_path):
     dom, console = _chromium(page, tmp_path / "profile")
     assert console == []
     assert 'data-sortable="ready"' in dom  # the script ran to its end
-    assert dom.count("<svg") == 2
+    assert dom.count("<svg") == 6
     for gid in ("scores-best-l1", "roofline-eager", "roofline-solution-0", "ceiling-dram"):
         assert f'id="{gid}"' in dom
     assert dom.count("<use") == page.read_text().count("<use")  # every marker is in the DOM

@@ -176,8 +176,12 @@ def tier_lines(problems: Sequence[ProblemResults], baseline: str,
 
 def footnote(scored: bool, baseline: str, profile: str) -> str:
     if not scored:
-        return ("CPU timings: not comparable with GPU times; SOL scores are not computed on "
-                "the CPU. Speedups are geometric means over the passing workloads.")
+        return ("CPU mode: the times are CPU wall times and T_SOL is the GPU's bound, shown for "
+                "scale. Triton solutions run in Triton's interpreter (Python), so `x eager` "
+                "compares that interpreter with eager PyTorch on the CPU: it checks that the "
+                "pipeline works and says nothing about kernel speed. No SOL score, no ranking; "
+                "run on a GPU for those. Speedups are geometric means over the passing "
+                "workloads.")
     chosen = {EAGER: "eager PyTorch", COMPILE: "torch.compile",
               "best": "the faster of eager and torch.compile"}[baseline]
     return (f"S: SOL score against T_b = {chosen}, T_SOL on {profile}, mean over workloads "

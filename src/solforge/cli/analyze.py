@@ -8,11 +8,10 @@ import typer
 from rich.table import Table
 
 from solforge.cli.app import app
+from solforge.cli.choices import DEFAULT_FP32_POLICY, FP32_POLICIES
 from solforge.cli.console import console as make_console
-from solforge.defaults import resolve_run
-from solforge.humanize import duration_ms, si
-from solforge.problem.suite import open_problem
-from solforge.solar import DEFAULT_FP32_POLICY, FP32_POLICIES, Analysis, analyze_workload
+from solforge.cli.tables import compact_table
+from solforge.humanize import duration_ms, number, si, si_unit, time_unit
 
 console = make_console()
 
@@ -26,10 +25,15 @@ def analyze(
     workload: str = typer.Option(None, help="Only this workload (uuid or a prefix of it)."),
     fp32_policy: str = typer.Option(DEFAULT_FP32_POLICY, help="How float32 products are priced: "
                                     + "; ".join(f"{k}: {v}" for k, v in FP32_POLICIES.items())),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per workload per line."),
+    as_json: bool = typer.Option(False, "--json", help="JSON Lines: one JSON object per "
+                                                       "workload, one per line."),
     top_ops: int = typer.Option(8, help="Ops shown in the per-op breakdown."),
 ) -> None:
     """FLOPs per unit, fused and unfused bytes, the binding bound and T_SOL for each workload."""
+    from solforge.defaults import resolve_run
+    from solforge.problem.suite import open_problem
+    from solforge.solar import analyze_workload
+
     loaded = open_problem(problem)
     profile = resolve_run(hardware=hardware).profile()
     workloads = [loaded.workload(workload)] if workload else list(loaded.workloads)
@@ -48,31 +52,43 @@ def analyze(
         console.print(f"[yellow]note:[/] {note}", highlight=False)
 
 
-def _workload_table(problem, results: list[Analysis]) -> Table:
-    table = Table(title="speed of light per workload", title_justify="left")
-    for column in ("workload", "axes", "tensor-core FLOPs", "CUDA-core FLOPs", "fused bytes",
-                   "unfused bytes", "FLOP/byte", "bound", "T_SOL", "unfused", "cache-aware"):
-        table.add_column(column, justify="left" if column in {"workload", "axes"} else "right")
+def _workload_table(problem, results: list) -> Table:
+    """One row per workload, readable at 80 columns: one unit per column in its header; the
+    unfused bytes, the FLOPs per unit and the intensity are in --json."""
+    byte_unit, byte_factor = si_unit((r.bytes_fused for r in results), "B")
+    time_label, factor = time_unit(r.t_sol_ms for r in results)
     var_axes = problem.definition.var_axes
-    for r in results:
-        intensity = sum(r.flops.values()) / r.bytes_fused if r.bytes_fused else float("inf")
-        table.add_row(
-            r.workload[:8], " ".join(f"{a}={r.axes[a]}" for a in var_axes),
-            _flops_cell(r.flops, "tensor."), _flops_cell(r.flops, "simt."),
-            si(r.bytes_fused, "B"), si(r.bytes_unfused, "B"), f"{intensity:.3g}",
-            f"{r.bound} ({r.binding_unit})", duration_ms(r.t_sol_ms),
-            duration_ms(r.t_unfused_ms), duration_ms(r.t_cache_aware_ms),
-        )
-    return table
+    if len(var_axes) == 1:  # the axis name goes in the header once
+        axes = {var_axes[0]: [str(r.axes[var_axes[0]]) for r in results]}
+    else:
+        axes = {"axes": [" ".join(f"{a}={r.axes[a]}" for a in var_axes) or "-"
+                         for r in results]}
+    columns = {
+        "workload": [r.workload[:8] for r in results],
+        **axes,
+        "FLOPs": [_flops_cell(r.flops) for r in results],
+        f"fused {byte_unit}": [number(r.bytes_fused * byte_factor) for r in results],
+        "bound by": [r.binding_unit for r in results],
+        f"T_SOL {time_label}": [number(r.t_sol_ms * factor) for r in results],
+        "unfused": [number(r.t_unfused_ms * factor) for r in results],
+        "cached": [number(r.t_cache_aware_ms * factor) for r in results],
+    }
+    return compact_table("speed of light per workload (unfused: every op's own traffic; "
+                         "cached: traffic that fits on chip left out)", columns,
+                         text={"workload", "axes", "FLOPs", "bound by"})
 
 
-def _flops_cell(flops: dict[str, float], prefix: str) -> str:
-    """"273 M bf16" for the units of one kind (several units listed by size)."""
-    parts = [(v, u.removeprefix(prefix)) for u, v in flops.items() if u.startswith(prefix) and v]
-    return ", ".join(f"{si(v)} {unit}" for v, unit in sorted(parts, reverse=True)) or "0"
+def _flops_cell(flops: dict[str, float]) -> str:
+    """"5.64G bf16": all FLOPs, named by the unit doing most of them ("0" for none); the
+    count per unit is in --json."""
+    total = sum(flops.values())
+    if not total:
+        return "0"
+    unit = max(flops, key=flops.__getitem__).split(".", 1)[-1]
+    return f"{si(total).replace(' ', '')} {unit}"
 
 
-def _ops_table(result: Analysis, top: int) -> Table:
+def _ops_table(result, top: int) -> Table:
     title = f"per-op breakdown, workload {result.workload[:8]} (roofline time of each op alone)"
     table = Table(title=title, title_justify="left")
     for column in ("op", "calls", "FLOPs", "bytes", "roofline", "share"):

@@ -8,21 +8,15 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import torch
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from solforge.bench.plan import CPU_MODE, find_solutions, plan_problems, solution_folders
-from solforge.bench.progress import ProgressBar
-from solforge.bench.results import read_results
-from solforge.bench.run import BenchConfig, run_bench
-from solforge.bench.summary import ProblemLine, TierLine, footnote, problem_line, tier_lines
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
-from solforge.defaults import resolve_run
-from solforge.harness.session import Limits
-from solforge.humanize import duration_ms
-from solforge.storage import open_store
+from solforge.cli.tables import compact_table
+from solforge.humanize import number, plural, time_range, time_unit
+from solforge.storage import store_scope
 
 console = make_console()
 progress_console = make_console(stderr=True)
@@ -61,82 +55,119 @@ def bench_command(
     timeout: float = typer.Option(180.0, help="Seconds allowed per workload, and for the "
                                               "import of a solution."),
 ) -> None:
-    """Measure T_SOL, the baselines and every solution; store the traces; print the scores."""
+    """Measure T_SOL, the baselines and every solution; store the traces; print the scores.
+    Exits 0 when every solution passed every workload, 1 when one did not (or a unit could
+    not run), 2 on bad input, 130 when interrupted."""
+    import torch
+
+    from solforge.bench.plan import CPU_MODE, find_solutions, plan_problems, solution_folders
+    from solforge.bench.progress import ProgressBar
+    from solforge.bench.results import read_results
+    from solforge.bench.run import BenchConfig, run_bench
+    from solforge.bench.summary import footnote, problem_line, tier_lines
+    from solforge.defaults import resolve_run
+    from solforge.harness.session import Limits
+
     run = resolve_run(device, hardware, baseline, remote=runner == "ray")
     device_type, chosen = run.device_type, run.baseline
     config = BenchConfig(device=run.device, hardware=run.hardware, baseline=chosen,
                          fresh=fresh, limits=Limits(timeout, timeout), runner=runner,
                          workers=workers, ray_address=ray_address,
                          command=shlex.join(["solforge", *sys.argv[1:]]))
-    store = open_store(db)
     found = find_solutions(solution_folders(solutions or [], bundled))
     for reason in found.skipped:
-        console.print(f"[yellow]not a usable solution:[/] {reason}", highlight=False)
+        console.print(f"[yellow]not a usable solution:[/] {escape(reason)}", highlight=False)
     problems = plan_problems(targets or [], found, device_type)
     if device_type == "cpu":
         gpu = "" if torch.cuda.is_available() else "No CUDA GPU found. "
         console.print(f"[bold yellow]{gpu}{CPU_MODE}[/]", highlight=False)
     count = sum(len(p.solutions) for p in problems)
-    console.print(f"{len(problems)} problems, {count} solutions; results in {store.url}",
-                  highlight=False)
-    with ProgressBar(progress_console) as bar:
-        outcome = run_bench(problems, store, config, bar)
+    with store_scope(db) as store:
+        console.print(f"{plural(len(problems), 'problem')}, {plural(count, 'solution')}; "
+                      f"results in {store.url}", highlight=False)
+        with ProgressBar(progress_console) as bar:
+            outcome = run_bench(problems, store, config, bar)
     if outcome.interrupted:
-        console.print(f"interrupted: {outcome.measured} traces saved in {store.url} (run "
+        console.print(f"interrupted: {plural(outcome.measured, 'trace')} saved in {store.url} (run "
                       f"{outcome.run_id}); run the same command again to resume.",
                       highlight=False)
         raise typer.Exit(130)
     for failure in outcome.failures:
-        console.print(f"[red]could not run:[/] {failure}", highlight=False)
+        console.print(f"[red]could not run:[/] {escape(failure)}", highlight=False)
     scored = outcome.device == "cuda"
     results = read_results(store, outcome)
     lines = [problem_line(problem, chosen, scored) for problem in results]
-    console.print(_problem_table(lines, outcome.profile))
-    console.print(_tier_table(tier_lines(results, chosen, scored)))
+    for table in problem_tables(lines, outcome.profile):
+        console.print(table)
+    console.print(tier_table(tier_lines(results, chosen, scored)))
     console.print(footnote(scored, chosen, outcome.profile), highlight=False)
-    console.print(f"{outcome.measured} traces measured, {outcome.skipped} already stored; "
-                  f"run {outcome.run_id} in {store.url} (`solforge export -o FILE` writes "
-                  f"them as JSONL)", highlight=False)
+    console.print(f"{plural(outcome.measured, 'trace')} measured, {outcome.skipped} already "
+                  f"stored; run {outcome.run_id} in {store.url} (`solforge export -o FILE` "
+                  f"writes them as JSONL)", highlight=False)
+    incomplete = incomplete_problems(results)
+    if incomplete or outcome.failures:
+        console.print(f"not every workload passed: {', '.join(incomplete) or 'see above'}",
+                      highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
-def _problem_table(lines: list[ProblemLine], profile: str) -> Table:
-    table = Table(title="solforge bench: per problem", title_justify="left")
-    for column in ("problem", "tier", f"T_SOL ({profile})", "eager", "torch.compile",
-                   "best solution", "passed", "S", "vs eager", "vs compile"):
-        text = column in ("problem", "tier", "best solution")
-        table.add_column(column, justify="left" if text else "right",
-                         overflow="fold" if text else "ellipsis")
-    for line in lines:
-        best = line.best
-        table.add_row(
-            line.address, line.tier or "-", _time_range(line.t_sol_ms),
-            _time_range(line.eager_ms), _time_range(line.compile_ms),
-            best.name if best else "-", f"{best.passed}/{best.count}" if best else "-",
-            _number(best.sol_score if best else None, "{:.3f}"),
-            _number(best.speedup_eager if best else None, "{:.3g}x"),
-            _number(best.speedup_compile if best else None, "{:.3g}x"))
-    return table
+def incomplete_problems(results: list) -> list[str]:
+    """The problems where some solution did not pass every benched workload (a workload with
+    no trace, a unit that could not run, counts as not passed): they make the exit status 1."""
+    from solforge.bench.summary import solution_line
+
+    return [problem.address for problem in results
+            if any(solution_line(problem, name, outcomes, "eager", False).passed
+                   < len(problem.workloads) for name, outcomes in problem.solutions.items())]
 
 
-def _tier_table(lines: list[TierLine]) -> Table:
-    table = Table(title="solforge bench: per tier (medians over problems)",
-                  title_justify="left")
-    for column in ("tier", "problems", "with solutions", "all passed", "S torch.compile",
-                   "S solutions", "T_SOL/T_k", "speedup vs eager"):
-        table.add_column(column, justify="left" if column == "tier" else "right")
-    for line in lines:
-        table.add_row(line.tier, str(line.problems), str(line.with_solutions),
-                      str(line.all_passed), _number(line.compile_sol_score, "{:.3f}"),
-                      _number(line.sol_score, "{:.3f}"), _number(line.fraction_of_sol, "{:.3f}"),
-                      _number(line.speedup_eager, "{:.3g}x"))
-    return table
+def problem_tables(lines: list, profile: str) -> tuple[Table, Table]:
+    """Per problem, two tables that each fit 80 columns: the times (T_SOL and the baselines,
+    one unit per column, in its header) and the best solution. Columns without a single value
+    are left out (torch.compile, S and the speedup over it on the CPU)."""
+    t_sol_unit, t_sol = time_unit(t for line in lines for t in line.t_sol_ms)
+    eager_unit, eager = time_unit(t for line in lines for t in line.eager_ms)
+    compile_unit, compiled = time_unit(t for line in lines for t in line.compile_ms)
+    problems = [line.address for line in lines]
+    times = {
+        "problem": problems,
+        "workloads": [str(max(len(line.t_sol_ms), len(line.eager_ms))) for line in lines],
+        f"T_SOL {t_sol_unit}": [time_range(line.t_sol_ms, t_sol) for line in lines],
+        f"eager {eager_unit}": [time_range(line.eager_ms, eager) for line in lines],
+        f"compile {compile_unit}": [time_range(line.compile_ms, compiled) for line in lines],
+    }
+    best = {
+        "problem": problems,
+        "best solution": [line.best.name if line.best else "-" for line in lines],
+        "passed": [f"{line.best.passed}/{line.best.count}" if line.best else "-"
+                   for line in lines],
+        "S": [_number(line.best.sol_score if line.best else None, "{:.3f}") for line in lines],
+        "x eager": [_speedup(line.best.speedup_eager if line.best else None) for line in lines],
+        "x compile": [_speedup(line.best.speedup_compile if line.best else None)
+                      for line in lines],
+    }
+    return (compact_table(f"solforge bench: times per problem (lowest-highest over its "
+                          f"workloads; T_SOL on {profile})", times, text={"problem"}),
+            compact_table("solforge bench: best solution per problem", best,
+                          text={"problem", "best solution"}))
 
 
-def _time_range(times_ms: tuple[float, ...]) -> str:
-    if not times_ms:
-        return "-"
-    low, high = min(times_ms), max(times_ms)
-    return duration_ms(low) if low == high else f"{duration_ms(low)} - {duration_ms(high)}"
+def tier_table(lines: list) -> Table:
+    columns = {
+        "tier": [line.tier for line in lines],
+        "problems": [str(line.problems) for line in lines],
+        "with sol.": [str(line.with_solutions) for line in lines],
+        "all passed": [str(line.all_passed) for line in lines],
+        "S compile": [_number(line.compile_sol_score, "{:.3f}") for line in lines],
+        "S best": [_number(line.sol_score, "{:.3f}") for line in lines],
+        "T_SOL/T_k": [_number(line.fraction_of_sol, "{:.3f}") for line in lines],
+        "x eager": [_speedup(line.speedup_eager) for line in lines],
+    }
+    return compact_table("solforge bench: per tier (medians over problems)", columns, text={"tier"})
+
+
+def _speedup(value: float | None) -> str:
+    return "-" if value is None else f"{number(value)}x"
 
 
 def _number(value: float | None, template: str) -> str:

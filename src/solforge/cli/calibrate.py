@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
-from solforge.hardware import save_profile
-from solforge.hardware.calibrate import Calibration, Measurement, calibrate
 from solforge.hardware.units import rate_label
+
+if TYPE_CHECKING:
+    from solforge.hardware.calibrate import Calibration, Measurement
 
 console = make_console()
 
@@ -23,6 +25,9 @@ def calibrate_command(
     iterations: int = typer.Option(50, help="Timed iterations per measurement."),
 ) -> None:
     """Measure copy/reduction bandwidth and matmul rate per dtype; compare with the datasheet."""
+    from solforge.hardware import save_profile
+    from solforge.hardware.calibrate import calibrate
+
     result = calibrate(device=device, iterations=iterations)
     console.print(_table(result))
     for name, reason in result.skipped:

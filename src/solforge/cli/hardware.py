@@ -7,6 +7,7 @@ from rich.table import Table
 
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
+from solforge.cli.tables import compact_table
 from solforge.hardware import DATASHEETS, UNITS, HardwareProfile, load_profile
 from solforge.hardware.units import rate_label
 
@@ -19,16 +20,19 @@ app.add_typer(hardware_app, name="hardware")
 @hardware_app.command("list")
 def list_profiles() -> None:
     """The catalog: dense datasheet peaks of each GPU."""
-    table = Table(title="GPU catalog (dense datasheet peaks)")
-    for column in ("name", "SMs", "max SM MHz", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp4 TFLOP/s",
-                   "DRAM TB/s", "L2 MiB", "on-chip MiB"):
-        table.add_column(column, justify="left" if column == "name" else "right")
-    for name in DATASHEETS:
-        profile = load_profile(name)
-        table.add_row(profile.name, str(profile.sm_count), f"{profile.max_sm_clock_mhz:g}",
-                      _tera(profile, "tensor.bf16"), _tera(profile, "tensor.fp8"),
-                      _tera(profile, "tensor.fp4"), f"{profile.dram_bytes_per_s / 1e12:.2f}",
-                      f"{profile.l2_bytes / 2**20:.1f}", f"{profile.onchip_bytes / 2**20:.1f}")
+    profiles = [load_profile(name) for name in DATASHEETS]
+    columns = {
+        "name": [p.name for p in profiles],
+        "SMs": [str(p.sm_count) for p in profiles],
+        "bf16 TF": [_tera(p, "tensor.bf16") for p in profiles],
+        "fp8 TF": [_tera(p, "tensor.fp8") for p in profiles],
+        "fp4 TF": [_tera(p, "tensor.fp4") for p in profiles],
+        "DRAM TB/s": [f"{p.dram_bytes_per_s / 1e12:.2f}" for p in profiles],
+        "L2 MiB": [f"{p.l2_bytes / 2**20:.1f}" for p in profiles],
+        "on-chip MiB": [f"{p.onchip_bytes / 2**20:.1f}" for p in profiles],
+    }
+    table = compact_table("GPU catalog (dense datasheet peaks; TF: tensor-core TFLOP/s at the "
+                          "clock the datasheet quotes)", columns, text={"name"}, keep=set(columns))
     console.print(table)
 
 
@@ -67,4 +71,4 @@ def _peak_table(profile: HardwareProfile) -> Table:
 
 
 def _tera(profile: HardwareProfile, unit: str) -> str:
-    return f"{profile.peak(unit) / 1e12:,.1f}" if profile.has(unit) else "-"
+    return f"{profile.peak(unit) / 1e12:.0f}" if profile.has(unit) else "-"

@@ -11,6 +11,7 @@ from rich.table import Table as RichTable
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
 from solforge.errors import SolforgeError
+from solforge.humanize import plural
 
 console = make_console()
 hgemm_app = typer.Typer(name="hgemm", no_args_is_help=True,
@@ -41,8 +42,9 @@ def _log(line: str) -> None:
 
 
 def _report(what: str, report) -> None:
-    console.print(f"{what}: {report.done} shapes in {report.seconds:.0f} s; {report.remaining} "
-                  f"left (about {report.remaining_estimate_s:.0f} s more)", highlight=False)
+    console.print(f"{what}: {plural(report.done, 'shape')} in {report.seconds:.0f} s; "
+                  f"{report.remaining} left (about {report.remaining_estimate_s:.0f} s more)",
+                  highlight=False)
 
 
 @hgemm_app.command()

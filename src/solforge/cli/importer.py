@@ -12,10 +12,9 @@ from typing import Annotated
 import typer
 
 from solforge.cli.app import app
+from solforge.cli.choices import TIERS
 from solforge.cli.console import console as make_console
-from solforge.problem.datasets import ImportReport, import_flashinfer_trace, import_sol_execbench
-from solforge.problem.kernelbench import import_kernelbench_dir, import_kernelbench_file
-from solforge.problem.suite import TIERS
+from solforge.humanize import plural
 
 import_app = typer.Typer(name="import", help="Import problems from other formats.",
                          no_args_is_help=True)
@@ -35,6 +34,8 @@ def kernelbench(
         help="Problem name for a single file (default: the file name without .py).")] = None,
 ) -> None:
     """Turn KernelBench `Model` / `get_inputs` / `get_init_inputs` files into problems."""
+    from solforge.problem.kernelbench import import_kernelbench_dir, import_kernelbench_file
+
     if path.is_file():
         folder = import_kernelbench_file(path, out, name)
         console.print(f"[green]ok[/] {path} -> {folder}", highlight=False, soft_wrap=True)
@@ -49,7 +50,7 @@ def kernelbench(
         else:
             console.print(f"[red]failed[/] {result.error}", highlight=False, soft_wrap=True)
     failed = sum(not r.ok for r in results)
-    console.print(f"{len(results) - failed} of {len(results)} files imported into {out}",
+    console.print(f"{len(results) - failed} of {plural(len(results), 'file')} imported into {out}",
                   highlight=False, soft_wrap=True)
     if failed:
         raise typer.Exit(1)
@@ -79,6 +80,8 @@ def sol_execbench(
     reference_blobs: ReferenceBlobs = False,
 ) -> None:
     """Turn SOL-ExecBench problems into solforge problem folders."""
+    from solforge.problem.datasets import import_sol_execbench
+
     if tier is not None and tier not in TIERS:
         raise typer.BadParameter(f"{tier!r} is not one of {', '.join(TIERS)}", param_hint="--tier")
     report = import_sol_execbench(path, out, tier=tier, blob_roots=blob_root or [],
@@ -97,17 +100,20 @@ def flashinfer_trace(
     reference_blobs: ReferenceBlobs = False,
 ) -> None:
     """Turn flashinfer-trace definitions and workloads into solforge problem folders."""
+    from solforge.problem.datasets import import_flashinfer_trace
+
     report = import_flashinfer_trace(path, out, blob_roots=blob_root or [],
                                      copy_blobs=not reference_blobs)
     _print_report(report, out)
 
 
-def _print_report(report: ImportReport, out: Path) -> None:
+def _print_report(report, out: Path) -> None:
     for folder in report.written:
         console.print(f"[green]ok[/] {folder}", highlight=False, soft_wrap=True)
     for issue in report.issues:
         console.print(f"[red]skipped[/] {issue}", highlight=False, soft_wrap=True)
-    console.print(f"{len(report.written)} problems written into {out}; "
-                  f"{len(report.issues)} entries skipped", highlight=False, soft_wrap=True)
+    console.print(f"{plural(len(report.written), 'problem')} written into {out}; "
+                  f"{plural(len(report.issues), 'entry', 'entries')} skipped", highlight=False,
+                  soft_wrap=True)
     if report.issues:
         raise typer.Exit(1)

@@ -10,10 +10,9 @@ from rich.table import Table
 
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
-from solforge.defaults import resolve_run
-from solforge.problem.problem import load_problem
-from solforge.problem.suite import address_of, open_problem, resolve_problem_dir, tier_of
-from solforge.storage import open_store
+from solforge.cli.tables import compact_table
+from solforge.humanize import fitness, number, plural, time_unit
+from solforge.storage import open_store, store_scope
 
 console = make_console()
 archive_app = typer.Typer(name="archive", help="The optimizer's MAP-Elites archive.",
@@ -30,7 +29,8 @@ def optimize(
     llm_base_url: str = typer.Option(None, help="An OpenAI-compatible endpoint (vLLM, SGLang, "
                                                 "Ollama, a hosted service)."),
     model: str = typer.Option(None, help="The model name at that endpoint."),
-    db: str = typer.Option(None, help="Store URL (default: sqlite:///solforge.db)."),
+    db: str = typer.Option(None, help="The store: a SQLite file path or a database URL "
+                                      "(default: ./solforge.db)."),
     runner: str = typer.Option("local", help="Where candidates run: local (a fresh process "
                                              "per candidate, one slot per GPU or core) or ray."),
     ray_address: str = typer.Option(None, "--ray-address",
@@ -47,9 +47,14 @@ def optimize(
                                                           "the model's passing candidates and "
                                                           "show it the metrics."),
 ) -> None:
-    """Search for faster correct kernels; keep a quality-diversity archive; write the best."""
+    """Search for faster correct kernels; keep a quality-diversity archive; write the best.
+    Exits 0 when a correct kernel was found, 1 when none was, 2 on bad input."""
+
+    from solforge.defaults import resolve_run
     from solforge.forge.llm import LLMConfig
     from solforge.forge.loop import OptimizeConfig, Optimizer
+    from solforge.problem.problem import load_problem
+    from solforge.problem.suite import address_of, resolve_problem_dir, tier_of
     from solforge.runners import open_runner
 
     folder = resolve_problem_dir(problem)
@@ -66,33 +71,36 @@ def optimize(
         console.print("CPU mode: candidates run in Triton's interpreter on the smallest "
                       "workload; fitness is the speedup over eager PyTorch (no SOL score)",
                       highlight=False)
-    store = open_store(db)
-    with open_runner(runner, run.device, workers, ray_address) as task_runner:
-        console.print(f"judging up to {task_runner.slots} candidates at once on "
+    with store_scope(db) as store, \
+            open_runner(runner, run.device, workers, ray_address) as task_runner:
+        console.print(f"judging up to {plural(task_runner.slots, 'candidate')} at once on "
                       f"{task_runner.machine.hardware} ({runner} runner)", highlight=False)
         outcome = Optimizer(loaded, store, config,
-                            lambda line: console.print(line, highlight=False),
+                            lambda line: console.print(line, highlight=False, markup=False),
                             runner=task_runner, address=address).run()
-    console.print(f"judged {outcome.judged} candidates ({outcome.reused} already in the store, "
-                  f"{outcome.hacks} reward hacks); {len(outcome.elites)} archive cells filled",
-                  highlight=False)
+    console.print(f"judged {plural(outcome.judged, 'candidate')} ({outcome.reused} already in "
+                  f"the store, {plural(outcome.hacks, 'reward hack')}); "
+                  f"{plural(len(outcome.elites), 'archive cell')} filled", highlight=False)
     if outcome.best is None:
         console.print("no correct candidate yet", highlight=False)
-        return
+        raise typer.Exit(1)
     path = output or Path(f"{loaded.name}.best.json")
     path.write_text(json.dumps(outcome.best.solution, indent=1) + "\n")
-    console.print(f"best: {outcome.best.name} ({outcome.best.fitness:.3f}) in cell "
-                  f"{outcome.best.cell} -> {path}", highlight=False)
+    label = "speedup over eager" if run.device_type == "cpu" else "mean SOL score"
+    console.print(f"best: {outcome.best.name} ({label} {fitness(outcome.best.fitness)}) in "
+                  f"cell {outcome.best.cell} -> {path}", highlight=False)
 
 
 @archive_app.command("show")
 def archive_show(
     problem: str = typer.Argument(..., help="Problem folder or bundled tier/name."),
-    db: str = typer.Option(None, help="Store URL (default: sqlite:///solforge.db)."),
+    db: str = typer.Option(None, help="The store: a SQLite file path or a database URL "
+                                      "(default: ./solforge.db)."),
 ) -> None:
     """The archive's grid (memory path x compute path, best fitness of each) and its elites."""
     from solforge.forge.archive import elites
     from solforge.forge.descriptors import COMPUTE_PATHS, MEMORY_PATHS
+    from solforge.problem.suite import open_problem
 
     loaded = open_problem(problem)
     found = elites(open_store(db, must_exist=True), loaded.name)
@@ -108,13 +116,16 @@ def archive_show(
         cells = []
         for compute in COMPUTE_PATHS:
             inside = [e.fitness for e in found if e.cell.split("/")[:2] == [memory, compute]]
-            cells.append(f"{max(inside):.3f}" if inside else "-")
+            cells.append(fitness(max(inside)) if inside else "-")
         grid.add_row(memory, *cells)
     console.print(grid)
-    table = Table(title="elites, best first", title_justify="left")
-    for column in ("cell (memory/compute/parallel/tile)", "elite", "fitness", "T_k"):
-        table.add_column(column)
-    for elite in found:
-        latency = f"{elite.latency_ms:.4g} ms" if elite.latency_ms is not None else "-"
-        table.add_row(elite.cell, elite.name, f"{elite.fitness:.3f}", latency)
-    console.print(table)
+    unit, factor = time_unit(e.latency_ms for e in found if e.latency_ms is not None)
+    columns = {
+        "cell (memory/compute/parallel/tile)": [elite.cell for elite in found],
+        "elite": [elite.name for elite in found],
+        "fitness": [fitness(elite.fitness) for elite in found],
+        f"T_k {unit}": ["-" if e.latency_ms is None else number(e.latency_ms * factor)
+                        for e in found],
+    }
+    console.print(compact_table("elites, best first", columns,
+                                text={"cell (memory/compute/parallel/tile)", "elite"}))

@@ -10,10 +10,11 @@ import typer
 
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
-from solforge.storage import open_store
+from solforge.humanize import plural
+from solforge.storage import open_store, store_scope
 
 console = make_console()
-DB_HELP = "Database URL (default: sqlite:///solforge.db in the working directory)."
+DB_HELP = "The store: a SQLite file path or a database URL (default: ./solforge.db)."
 
 
 @app.command("export")
@@ -22,9 +23,10 @@ def export_command(
     db: str = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """Write every trace in the store as FlashInfer-Trace JSONL."""
-    store = open_store(db)
+    store = open_store(db, must_exist=True)
     count = store.export_traces(output)
-    console.print(f"wrote {count} traces from {store.url} to {output}", highlight=False)
+    console.print(f"wrote {plural(count, 'trace')} from {store.url} to {output}",
+                  highlight=False)
 
 
 @app.command("import-traces")
@@ -35,6 +37,7 @@ def import_traces_command(
 ) -> None:
     """Read trace records into the store; one already there for the same workload, solution,
     device and hardware is replaced."""
-    store = open_store(db)
-    count = store.import_traces(file)
-    console.print(f"imported {count} traces from {file} into {store.url}", highlight=False)
+    with store_scope(db) as store:
+        count = store.import_traces(file)
+    console.print(f"imported {plural(count, 'trace')} from {file} into {store.url}",
+                  highlight=False)

@@ -32,6 +32,7 @@ from solforge.forge.fitness import Verdict, verdict
 from solforge.forge.search import search
 from solforge.forge.templates import templates_for
 from solforge.harness.evaluate import EvalConfig, evaluate
+from solforge.humanize import fitness
 from solforge.problem.problem import Problem
 
 if TYPE_CHECKING:
@@ -287,7 +288,7 @@ class Optimizer:
             self.best_fitness = judged.fitness
         label = "S" if judged.kind == "sol_score" else "speedup over T_b"
         mark = "new best" if improved else "passed"
-        self.report(f"{record.name}: {mark}, {label} {judged.fitness:.3f} "
+        self.report(f"{record.name}: {mark}, {label} {fitness(judged.fitness)} "
                     f"(T_k {judged.latency_ms:.4g} ms) in cell {record.cell}")
 
     def _eval_config(self) -> EvalConfig:

@@ -6,10 +6,14 @@ nothing from anywhere.
 - The roofline of one hardware profile: arithmetic intensity (the analysis' FLOPs per fused DRAM
   byte) against achieved FLOP/s (the same FLOPs over the measured time), under the profile's DRAM
   bandwidth slope and the compute ceilings of the units the workloads need.
+- Per platform (a GPU, or the CPU), whatever the store holds for each workload: its measured
+  times beside its T_SOL, and each passing candidate's speedup over eager. These need no score,
+  so a store filled on a CPU machine gets charts too.
 
 Every plotted series carries an SVG group id (`gid`): `scores-best-<tier>`,
 `scores-compile-<tier>`, `roofline-eager`, `roofline-compile`, `roofline-solution-<i>`,
-`ceiling-<unit>`, so readers and tests can find what was drawn.
+`ceiling-<unit>`, `times-tsol`, `times-eager`, `times-compile`, `times-solution-<i>`,
+`speedup-solution-<i>`, so readers and tests can find what was drawn.
 """
 
 from __future__ import annotations
@@ -197,6 +201,101 @@ def _draw_ceilings(axes: Axes, profile: HardwareProfile, units: set[str],
                   gid=f"ceiling-{unit}")
         axes.text(high, peak * 1.1, f"{unit} {peak / 1e12:.3g} T{rate_label(unit)}",
                   ha="right", va="bottom", fontsize=8)
+
+
+MAX_WORKLOAD_ROWS = 60  # rows of one per-workload chart; past this it stays readable no more
+
+
+def workload_times(results: Sequence[MeasuredWorkload], platform: str) -> str | None:
+    """One row per workload measured on `platform`: T_SOL, eager, torch.compile and each
+    passing candidate's time on one log axis. None when nothing on it was timed."""
+    rows = _workload_rows(results, platform)
+    if not rows:
+        return None
+    figure, axes = _row_figure(rows)
+    y = list(range(len(rows)))
+    _plot_row_series(axes, "times-tsol", "T_SOL", "|", "black",
+                     [(i, r.sol.t_sol_ms if r.sol else None) for i, r in zip(y, rows)])
+    _plot_row_series(axes, "times-eager", "eager", "o", EAGER_COLOR,
+                     [(i, r.eager_ms) for i, r in zip(y, rows)])
+    _plot_row_series(axes, "times-compile", "torch.compile", "s", COMPILE_COLOR,
+                     [(i, r.compile_ms) for i, r in zip(y, rows)])
+    for index, (name, pairs) in enumerate(_candidate_rows(rows, lambda r, c: c.latency_ms)):
+        color = SOLUTION_COLORS[min(index, len(SOLUTION_COLORS) - 1)]
+        _plot_row_series(axes, f"times-solution-{index}", name, "^", color, pairs)
+    cpu = rows[0].cpu_timing
+    axes.set_xlabel("time per call, ms (log)" + (
+        "; CPU wall times beside T_SOL of a GPU: not comparable, shown for scale" if cpu
+        else ""))
+    axes.set_title(f"measured times per workload on {platform}", fontsize=10)
+    axes.legend(loc="best", fontsize=7)
+    return render_svg(figure, salt=f"times-{platform}")
+
+
+def workload_speedups(results: Sequence[MeasuredWorkload], platform: str) -> str | None:
+    """Each passing candidate's speedup over eager PyTorch, per workload on `platform` (1 is
+    eager's speed). None when no candidate passed beside a timed eager baseline."""
+    rows = _workload_rows(results, platform)
+    series = _candidate_rows(
+        rows, lambda r, c: r.eager_ms / c.latency_ms if r.eager_ms and c.latency_ms else None)
+    if not any(value is not None for _, pairs in series for _, value in pairs):
+        return None
+    figure, axes = _row_figure(rows)
+    for index, (name, pairs) in enumerate(series):
+        color = SOLUTION_COLORS[min(index, len(SOLUTION_COLORS) - 1)]
+        _plot_row_series(axes, f"speedup-solution-{index}", name, "^", color, pairs)
+    axes.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
+    axes.set_xlabel("speedup over eager PyTorch (log; 1 = eager)")
+    axes.set_title(f"speedup over eager per workload on {platform}", fontsize=10)
+    axes.legend(loc="best", fontsize=7)
+    return render_svg(figure, salt=f"speedups-{platform}")
+
+
+def _workload_rows(results: Sequence[MeasuredWorkload], platform: str) -> list[MeasuredWorkload]:
+    """The workloads measured on `platform`, by tier and problem; at most MAX_WORKLOAD_ROWS."""
+    rows = [r for r in results if r.platform == platform]
+    rows.sort(key=lambda r: (tier_rank(r.tier), r.problem, r.workload))
+    return rows[:MAX_WORKLOAD_ROWS]
+
+
+def _row_figure(rows: Sequence[MeasuredWorkload]) -> tuple[Figure, Axes]:
+    figure = _figure(width=7.5, height=1.2 + 0.28 * len(rows))
+    axes = figure.add_subplot()
+    axes.set_yticks(range(len(rows)),
+                    [f"{r.problem.rsplit('/', 1)[-1][:36]} {r.workload[:8]}" for r in rows],
+                    fontsize=7)
+    axes.set_ylim(len(rows) - 0.5, -0.5)
+    axes.set_xscale("log")
+    axes.grid(True, axis="x", which="major", linewidth=0.3)
+    return figure, axes
+
+
+def _candidate_rows(rows: Sequence[MeasuredWorkload], value
+                    ) -> list[tuple[str, list[tuple[int, float | None]]]]:
+    """(row, value) of each passing candidate, one series per solution, most points first;
+    solutions past the palette share one "other solutions" series."""
+    by_name: dict[str, list[tuple[int, float | None]]] = {}
+    for index, result in enumerate(rows):
+        for candidate in result.candidates:
+            if candidate.status == PASSED:
+                by_name.setdefault(candidate.solution, []).append(
+                    (index, value(result, candidate)))
+    ordered = sorted(by_name.items(), key=lambda item: (-len(item[1]), item[0]))
+    if len(ordered) <= len(SOLUTION_COLORS):
+        return ordered
+    shown = len(SOLUTION_COLORS) - 1
+    merged = [pair for _, pairs in ordered[shown:] for pair in pairs]
+    return [*ordered[:shown], ("other solutions", merged)]
+
+
+def _plot_row_series(axes: Axes, gid: str, label: str, marker: str, color: str,
+                     pairs: list[tuple[int, float | None]]) -> None:
+    shown = [(row, value) for row, value in pairs if value is not None and value > 0]
+    if not shown:
+        return
+    axes.plot([value for _, value in shown], [row for row, _ in shown], linestyle="none",
+              marker=marker, markersize=6, color=color, alpha=0.8, gid=gid,
+              label=f"{label} ({len(shown)})")
 
 
 def _figure(width: float, height: float) -> Figure:

@@ -13,8 +13,8 @@ from typing import Any
 
 from solforge.errors import HardwareError
 from solforge.hardware import HardwareProfile, load_profile
-from solforge.humanize import duration_ms
-from solforge.report.charts import roofline, score_strip
+from solforge.humanize import duration_ms, plural
+from solforge.report.charts import roofline, score_strip, workload_speedups, workload_times
 from solforge.report.data import MeasuredWorkload, ReportData, RunInfo
 from solforge.report.tables import (
     ProblemSummary,
@@ -98,6 +98,7 @@ def render(data: ReportData) -> str:
         _notes_section(results),
         _scores_section(results),
         _roofline_section(results),
+        _workloads_section(results),
         _problems_section(problem_summaries(results)),
         _leaderboard_section(standings(results)),
     ]
@@ -114,8 +115,9 @@ def _header(data: ReportData, generated_at: datetime.datetime) -> str:
     solutions = {c.solution for r in results for c in r.candidates}
     platforms = sorted({r.platform for r in results})
     return (f"<header>\n<h1>solforge report</h1>\n<p>Generated {_date(generated_at)} from "
-            f"<code>{escape(data.url)}</code>: {len(results)} workload measurements of "
-            f"{len(problems)} problems, {len(solutions)} candidate solutions, measured on "
+            f"<code>{escape(data.url)}</code>: {plural(len(results), 'workload measurement')} "
+            f"of {plural(len(problems), 'problem')}, "
+            f"{plural(len(solutions), 'candidate solution')}, measured on "
             f"{escape(', '.join(platforms))}.</p>\n</header>")
 
 
@@ -187,6 +189,25 @@ def _roofline_section(results: Sequence[MeasuredWorkload]) -> str:
     return _section("roofline", "Roofline", "\n".join(figures))
 
 
+def _workloads_section(results: Sequence[MeasuredWorkload]) -> str:
+    """Times and speedups per workload for each platform: drawn from whatever the store holds,
+    scored or not, so CPU-mode results are charted too (and labelled as CPU timings)."""
+    figures = []
+    for platform in sorted({r.platform for r in results}):
+        cpu = any(r.cpu_timing for r in results if r.platform == platform)
+        label = (" CPU timings: Triton solutions run in its interpreter (Python), so these "
+                 "speedups measure the interpreter, not a kernel; nothing here is scored."
+                 if cpu else "")
+        for chart, what in ((workload_times(results, platform), "Measured times"),
+                            (workload_speedups(results, platform), "Speedups over eager")):
+            if chart is not None:
+                figures.append(f"<figure>{chart}<figcaption>{what} per workload on "
+                               f"{escape(platform)}.{label}</figcaption></figure>")
+    if not figures:
+        figures.append('<p class="empty">No timed workload in the store.</p>')
+    return _section("workloads", "Per workload", "\n".join(figures))
+
+
 def _problems_section(rows: Sequence[ProblemSummary]) -> str:
     columns = ["tier", "problem", "platform", "workloads", "T_SOL", "eager", "torch.compile",
                "compile S", "best solution", "its mean S", "its speedup"]
@@ -205,24 +226,41 @@ def _problems_section(rows: Sequence[ProblemSummary]) -> str:
 
 
 def _leaderboard_section(rows: Sequence[Standing]) -> str:
+    """Only what has a SOL score is ranked; CPU timings and rows without a score are listed
+    below, unranked: a speedup of an interpreter on a CPU says nothing about a kernel."""
     if not rows:
         return _section("leaderboard", "Leaderboard",
                         '<p class="empty">No candidate solution was evaluated, only the '
                         "reference baselines.</p>")
-    columns = ["rank", "solution", "problem", "author", "platform", "workloads", "PASSED",
-               "failed", "mean S", "geomean speedup"]
-    cells = [[Cell(str(rank), rank), Cell(row.solution, css="text"), Cell(row.problem, css="text"),
-              Cell(row.author or "-", css="text"), _platform(row.platform, row.cpu_timing),
-              Cell(str(row.workloads), row.workloads), Cell(str(row.passed), row.passed),
-              Cell(", ".join(f"{status} {count}" for status, count in row.failures) or "-",
-                   row.workloads - row.passed, css="text"),
-              _score(row.mean_score), _speedup(row.geomean_speedup)]
-             for rank, row in enumerate(rows, start=1)]
-    caption = ("<p>Ranked by mean S over each solution's workloads (a failed workload scores "
-               "0), then by workloads passed, then by geometric-mean speedup; CPU timings have "
-               "no S and rank after every scored row.</p>")
-    return _section("leaderboard", "Leaderboard",
-                    caption + _table("leaderboard-table", columns, cells))
+    scored = [row for row in rows if row.mean_score is not None and not row.cpu_timing]
+    unscored = [row for row in rows if row not in scored]
+    columns = ["solution", "problem", "author", "platform", "workloads", "PASSED", "failed",
+               "mean S", "geomean speedup"]
+    parts = []
+    if scored:
+        cells = [[Cell(str(rank), rank), *_standing_cells(row)]
+                 for rank, row in enumerate(scored, start=1)]
+        parts.append("<p>Ranked by mean S over each solution's workloads (a failed workload "
+                     "scores 0), then by workloads passed, then by geometric-mean speedup.</p>"
+                     + _table("leaderboard-table", ["rank", *columns], cells))
+    else:
+        parts.append('<p class="empty">Nothing to rank: no candidate has a SOL score (that '
+                     "needs GPU timings and a speed-of-light analysis).</p>")
+    if unscored:
+        parts.append("<h3>Not ranked</h3><p>CPU timings and candidates without a score: "
+                     "listed, not ranked. A CPU speedup compares the CPU runs of a solution "
+                     "and of eager PyTorch only.</p>"
+                     + _table("unranked-table", columns, [_standing_cells(r) for r in unscored]))
+    return _section("leaderboard", "Leaderboard", "\n".join(parts))
+
+
+def _standing_cells(row: Standing) -> list[Cell]:
+    return [Cell(row.solution, css="text"), Cell(row.problem, css="text"),
+            Cell(row.author or "-", css="text"), _platform(row.platform, row.cpu_timing),
+            Cell(str(row.workloads), row.workloads), Cell(str(row.passed), row.passed),
+            Cell(", ".join(f"{status} {count}" for status, count in row.failures) or "-",
+                 row.workloads - row.passed, css="text"),
+            _score(row.mean_score), _speedup(row.geomean_speedup)]
 
 
 def _profile(name: str) -> tuple[HardwareProfile | None, str | None]:

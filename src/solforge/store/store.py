@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, Select, create_engine, select, text
+from sqlalchemy import Engine, Select, create_engine, inspect, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.schema import CreateIndex, CreateTable
 
@@ -70,16 +70,23 @@ def solution_hash(solution: dict[str, Any]) -> str:
 
 
 class Store:
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | None = None, create: bool = True) -> None:
+        """Open the store at `url`. `create=False` (read-only commands) never creates a table:
+        a database without solforge's tables is an error then. A database that holds other
+        tables but not solforge's belongs to another application and is refused either way."""
         self.url = url or DEFAULT_URL
         try:
             parsed = make_url(self.url)
             options = ({"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
                        if parsed.get_backend_name() == "sqlite" else {})
             engine = create_engine(parsed, **options)
-            create_tables(engine)
-        except (ArgumentError, OperationalError, ModuleNotFoundError) as exc:
-            raise StoreError(f"cannot open the store {self.url!r}: {exc}") from None
+            found = set(inspect(engine).get_table_names())
+            check_tables(self.url, found, create)
+            if create:
+                create_tables(engine)
+        except (ArgumentError, DatabaseError, ModuleNotFoundError) as exc:
+            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            raise StoreError(f"cannot open the store {self.url!r}: {reason}") from None
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
@@ -325,6 +332,19 @@ class Store:
         TraceRow), oldest first, detached from the session: relationships are not loaded."""
         with self.session() as s:
             return list(s.scalars(select(table).order_by(table.id)))
+
+
+def check_tables(url: str, found: set[str], create: bool) -> None:
+    """Refuse a database that is not solforge's: it holds tables, none of them ours (another
+    application's file); or, when nothing may be created, it holds none of ours at all."""
+    ours = set(Base.metadata.tables)
+    if found and not found & ours:
+        shown = ", ".join(sorted(found)[:5]) + (", ..." if len(found) > 5 else "")
+        raise StoreError(f"{url} is not a solforge results store (it holds other tables: "
+                         f"{shown}); name another with --db")
+    if not create and not found & ours:
+        raise StoreError(f"{url} holds no solforge results: record some with `solforge bench` "
+                         "first, or name the store with --db")
 
 
 def create_tables(engine: Engine) -> None:
