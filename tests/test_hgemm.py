@@ -687,6 +687,7 @@ def load_script():
 FAST_BENCH = BenchSettings(rounds=2, modes=("offline", "server"), server_gap_ms=0.0)
 
 
+@pytest.mark.slow
 def test_the_gpu_scripts_pass_tunes_benchmarks_resumes_and_reports(tmp_path):
     script = load_script()
     run = script.Run(tmp_path)
@@ -703,6 +704,12 @@ def test_the_gpu_scripts_pass_tunes_benchmarks_resumes_and_reports(tmp_path):
     assert summary["shapes"] == 3
     assert summary["dispatch_speedup"]["torch"]["server"]["graph"]["shapes"] == 3
     assert summary["goal"]["slower_beyond_noise"]["server"]["graph"] == 0
+    run.summary.with_suffix(".json").unlink()
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "hgemm_gpu.py"),
+                           str(tmp_path), "--stage", "report"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(run.summary.with_suffix(".json").read_text())["shapes"] == 3
     shipped = load_table(run.shipped)  # what src/solforge/hgemm/tables/ would ship
     assert len(shipped) == 3 and all(e.candidates == () for e in shipped)
     assert [e.use_kernel for e in shipped] == [e.use_kernel for e in load_table(run.table)]
