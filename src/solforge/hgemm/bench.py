@@ -257,6 +257,8 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02,
     slower_fixed = {mode: {timing: against["torch"][mode][timing]["below_fixed_noise"]
                            for timing in TIMINGS} for mode in modes}
     versus_lt = _tuned_vs_autotuned(table, noise)
+    decode = _decode_bandwidth(rows, table, roof or roof_for(
+        rows[0].environment.get("gpu") if rows else None))
     return {
         "shapes": len(rows),
         "dispatch_speedup": against,
@@ -264,8 +266,7 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02,
         "dispatch_vs_torch_by_set_graph": by_set["graph"],
         "tuned_vs_cublaslt_autotuned": versus_lt,
         "large_cubes": _large_cubes(rows, table),
-        "decode_hbm_fraction": _decode_bandwidth(rows, table, roof or roof_for(
-            rows[0].environment.get("gpu") if rows else None)),
+        "decode_hbm_fraction": decode,
         "errors_over_tolerance": _errors_over_tolerance(rows),
         "goal": {
             "geomean_target": GOAL_GEOMEAN,
@@ -284,6 +285,9 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02,
                                                 for count in timings.values()),
             "tuned_at_least_as_fast_as_cublaslt_autotuned": versus_lt["kernel"][
                 "fraction_at_least_as_fast"],
+            "decode_large_weight_shapes": len(decode),
+            "decode_large_weight_at_90_percent_hbm": sum((d["dispatch"] or 0) >= 0.9
+                                                         for d in decode),
         },
         "environment": rows[0].environment if rows else {},
     }
