@@ -374,7 +374,10 @@ def markdown(summary: dict[str, Any], rows: Sequence[BenchRow]) -> str:
              f"whatever the scatter: {goal['slower_than_fixed_noise']}",
              f"- tuned kernel at least as fast as autotuned cuBLASLt: "
              f"{_number(goal['tuned_at_least_as_fast_as_cublaslt_autotuned'])} of the shapes "
-             f"compared (goal: 0.5)", "",
+             f"compared (goal: 0.5)",
+             f"- decode shapes with a large weight at 90% of HBM bandwidth: "
+             f"{goal['decode_large_weight_at_90_percent_hbm']} of "
+             f"{goal['decode_large_weight_shapes']}", "",
              "## Dispatcher speedup (geometric mean, worst shape, shapes slower beyond noise)",
              "", "| baseline | mode | timing | shapes | geomean | worst | worst shape | "
              "slower beyond noise |", "|---|---|---|---|---|---|---|---|"]
