@@ -30,7 +30,8 @@ h200-hgemm-tune.jsonl.started, h200-hgemm-probe.jsonl, h200-hgemm-bench.jsonl,
 h200-hgemm-host.json, h200-hgemm-summary.json, h200-hgemm-summary.md,
 h200-hgemm-environment.json, h200-hgemm-log.txt.
 --stage check runs the GPU tests of tests/hgemm/test_hgemm.py instead (a few minutes, once);
---stage plan (no GPU needed) estimates what a call of --deadline-s gets through.
+--stage plan (no GPU needed) estimates what a call of --deadline-s gets through; --stage report
+(no GPU needed) rewrites the summary from the files.
 
 nvmath-python (the cuBLASLt baselines) is not on the H200 image. Carry its wheel in the
 git-ignored .whl/ (nvmath_python-1.0.0-cp312-cp312-manylinux_2_28_x86_64.whl; its dependencies
@@ -424,6 +425,9 @@ def main() -> None:
                          args.tune_share):
             run.log(line)
         return
+    if args.stage == "report":  # from the files alone: any machine
+        write_report(run)
+        return
     if not torch.cuda.is_available():
         sys.exit("no CUDA GPU: this script runs on the H200")
     if args.stage == "check":
@@ -433,7 +437,7 @@ def main() -> None:
         shapes = select_shapes(args.sets.split(","))
         table, rows = load_table(run.table), {row.shape.key for row in load_rows(run.rows)}
         pending = [s for s in shapes if table.get(s) is None or s.key not in rows]
-        built = build_kernels(run, pending, args.workers)  # all of them: 283 kernel sets, ~30 s
+        built = build_kernels(run, pending, args.workers)  # all of them: ~350 kernel sets
         built["wgmma_self_test"] = guard_wgmma(run)
         record_environment(run, built)
         sm_count = torch.cuda.get_device_properties(0).multi_processor_count

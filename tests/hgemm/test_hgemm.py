@@ -549,6 +549,9 @@ def test_the_summary_gives_the_goal_numbers():
     assert summary["large_cubes"][0]["tuned_vs_torch"] == pytest.approx(0.8)
     assert summary["dispatch_vs_torch_by_set"]["decode"]["shapes"] == 1
     assert "| 8192^3 |" in markdown(summary, rows)
+    (bandwidth,) = summary["decode_hbm_fraction"]  # the 1x4096x4096 weight: 32 MB, 1 ms
+    assert bandwidth["dispatch"] == pytest.approx(2 * (4096 + 4096**2 + 4096) / 1e-3 / 4.8e12)
+    assert summary["goal"]["decode_large_weight_at_90_percent_hbm"] == 0  # 1 ms is far off
     assert speedups([("a", math.nan)], 0.02).shapes == 0
     assert summary["goal"]["slower_than_fixed_noise"]["offline"]["kernel"] == 1
 
@@ -681,6 +684,7 @@ def load_script():
 FAST_BENCH = BenchSettings(rounds=2, modes=("offline", "server"), server_gap_ms=0.0)
 
 
+@pytest.mark.slow
 def test_the_gpu_scripts_pass_tunes_benchmarks_resumes_and_reports(tmp_path):
     script = load_script()
     run = script.Run(tmp_path)
@@ -697,6 +701,12 @@ def test_the_gpu_scripts_pass_tunes_benchmarks_resumes_and_reports(tmp_path):
     assert summary["shapes"] == 3
     assert summary["dispatch_speedup"]["torch"]["server"]["graph"]["shapes"] == 3
     assert summary["goal"]["slower_beyond_noise"]["server"]["graph"] == 0
+    run.summary.with_suffix(".json").unlink()
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "hgemm_gpu.py"),
+                           str(tmp_path), "--stage", "report"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(run.summary.with_suffix(".json").read_text())["shapes"] == 3
     shipped = load_table(run.shipped)  # what src/solforge/hgemm/tables/ would ship
     assert len(shipped) == 3 and all(e.candidates == () for e in shipped)
     assert [e.use_kernel for e in shipped] == [e.use_kernel for e in load_table(run.table)]
