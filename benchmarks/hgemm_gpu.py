@@ -38,7 +38,7 @@ git-ignored .whl/ (nvmath_python-1.0.0-cp312-cp312-manylinux_2_28_x86_64.whl; it
 cuda-bindings, cuda-core >= 0.5 and cuda-pathfinder >= 1.5.1 are on the image, and
 cuda_core-1.2.2 / cuda_pathfinder-1.9.1 wheels ride along in case those are older), name .whl
 in the call's `carry`, and install it with --no-deps into a --target folder on PYTHONPATH
-(/work/.library/device/README.md, Notes). Without it the two cuBLASLt baselines are skipped
+(the device machine has no package registry). Without it the two cuBLASLt baselines are skipped
 and every row says so.
 """
 
