@@ -26,7 +26,7 @@ from solforge.harness.channel import (
     FrameReader,
     FrameWriter,
 )
-from solforge.harness.compare import compare_outputs
+from solforge.harness.compare import compare_outputs, required_count
 from solforge.harness.evaluate import EvalConfig, evaluate, select_workloads
 from solforge.harness.guards import IdentitySnapshot, live_children
 from solforge.harness.output_log import OutputLog
@@ -250,6 +250,25 @@ def test_compare_matched_ratio_and_error_cap():
     assert _compare(out, ref, capped).status is Status.INCORRECT_NUMERICAL
     strict = Tolerance(required_matched_ratio=1.0)
     assert _compare(out, ref, strict).status is Status.INCORRECT_NUMERICAL
+
+
+def test_matched_count_is_exact_at_any_size():
+    """A float mean of 262,668,288 booleans is one ulp under 1.0 on CUDA; counts are exact."""
+    for n in (262_668_288, (1 << 31) + 7, 1 << 40):
+        assert required_count(1.0, n) == n
+        assert required_count(0.0, n) == 0
+    assert required_count(0.1, 10) == 1  # not 2: 0.1 as written, not the float above it
+    assert required_count(0.999, 1000) == 999
+    assert required_count(0.995, 1001) == 996  # ceil(995.995)
+    ref = torch.ones(16, 256, dtype=torch.bfloat16)
+    out = ref.clone()
+    out[0] = 5.0  # one element off: 4095 of 4096 within
+    needs_all = Tolerance(required_matched_ratio=1.0)
+    failed = _compare(out, ref, needs_all)
+    assert failed.status is Status.INCORRECT_NUMERICAL and "4095 of 4096" in failed.message
+    assert _compare(ref.clone(), ref, needs_all).status is Status.PASSED
+    assert _compare(out, ref, Tolerance(required_matched_ratio=4095 / 4096)).status is (
+        Status.PASSED)
 
 
 def test_compare_negative_infinity_only_when_allowed():
