@@ -262,7 +262,7 @@ def test_matched_count_is_exact_at_any_size():
     assert required_count(0.995, 1001) == 996  # ceil(995.995)
     ref = torch.ones(16, 256, dtype=torch.bfloat16)
     out = ref.clone()
-    out[0] = 5.0  # one element off: 4095 of 4096 within
+    out[0, 0] = 5.0  # one element off: 4095 of 4096 within
     needs_all = Tolerance(required_matched_ratio=1.0)
     failed = _compare(out, ref, needs_all)
     assert failed.status is Status.INCORRECT_NUMERICAL and "4095 of 4096" in failed.message
