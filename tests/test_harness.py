@@ -27,8 +27,9 @@ from solforge.harness.channel import (
     FrameWriter,
 )
 from solforge.harness.compare import compare_outputs, required_count
-from solforge.harness.evaluate import EvalConfig, evaluate, select_workloads
+from solforge.harness.evaluate import EvalConfig, disqualify, evaluate, select_workloads
 from solforge.harness.guards import IdentitySnapshot, live_children
+from solforge.harness.judge import WorkloadResult
 from solforge.harness.output_log import OutputLog
 from solforge.harness.seeds import CALL, ROUND, SeedPlan
 from solforge.harness.sol import SpeedOfLight, below_floor, score
@@ -286,6 +287,18 @@ def test_compare_checks_shape_and_dtype():
 
 
 # -- seeds, logs, guards, speed of light ------------------------------------------------------
+
+def test_a_cheat_on_a_later_workload_disqualifies_earlier_ones():
+    results = {"a": WorkloadResult("a", Status.PASSED, timing={"median_ms": 1.0}),
+               "b": WorkloadResult("b", Status.INCORRECT_NUMERICAL, "off"),
+               "c": WorkloadResult("c", Status.REWARD_HACK, "patched the timer")}
+    judged = disqualify(results)
+    assert {r.status for r in judged.values()} == {Status.REWARD_HACK}
+    assert judged["a"].message == "disqualified: caught cheating on workload c: patched the timer"
+    assert judged["c"].message == "patched the timer"
+    honest = {"a": results["a"], "b": results["b"]}
+    assert disqualify(honest) == honest
+
 
 def test_seeds_depend_on_secret_phase_and_index():
     plan = SeedPlan(secret=1)
