@@ -1,20 +1,25 @@
-"""The driver's verdict on one workload: lead the worker through the protocol and compare every
-output it returns with the reference the driver computes itself.
+"""The driver's verdict on one workload: lead the worker through the protocol, hand it every
+input, take every output the moment its call returns, and compare with the reference the
+driver computes itself.
 
 A workload is PASSED only when every step is there: one output per correctness round, each
-within tolerance; one seed request per warm-up and timed call, in order; a timing with one time
-per timed call; and every re-checked timed output, within tolerance. Anything missing or out of
-order is not a pass. The timed calls to re-check are drawn after the timed loop has ended, with
-a random generator the worker cannot see; a timed output that is wrong although the rounds were
-right is a REWARD_HACK (the candidate behaved differently when timed: cached, skipped or
-deferred its work).
+within tolerance; one output per warm-up and timed call, in order; a timing with one raw time
+per timed call; and every timed output the driver chose to compare, within tolerance. Anything
+missing or out of order is not a pass. The timed calls to compare are drawn before the loop, in
+the driver, with a random generator the worker cannot see, and the worker is never told which
+they were: it hands over every output alike, and a timed output that is wrong although the
+rounds were right is a REWARD_HACK (the candidate behaved differently when timed: cached,
+skipped or deferred its work). The driver recomputes median, min, max and spread from the raw
+times, and holds each time to the wall-clock bracket it saw around the call (from sending its
+inputs to receiving its outputs): a call cannot take longer than the time it was given.
 """
 
 from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -24,11 +29,15 @@ from solforge.harness.compare import Comparison, compare_outputs, worst_of
 from solforge.harness.oracle import ReferenceFailure, ReferenceOracle
 from solforge.harness.seeds import CALL, ROUND, SeedPlan
 from solforge.harness.session import WorkerLost, WorkerSession
+from solforge.harness.timing import METHODS, Timing, TimingError, summarize
 from solforge.harness.trace import Correctness, Status, parse_status
 from solforge.problem.dtypes import storage_shape
 from solforge.problem.workload import Workload
 
 _RANDOM = secrets.SystemRandom()
+# Slack on the wall-clock bracket: the profiler's clock and the driver's are different clocks.
+BRACKET_SLACK = 1.01
+BRACKET_SLACK_MS = 0.05
 
 
 @dataclass(frozen=True)
@@ -37,7 +46,7 @@ class WorkloadResult:
     status: Status
     message: str = ""
     correctness: Correctness | None = None
-    timing: dict[str, Any] | None = None  # the worker's TIMING frame
+    timing: dict[str, Any] | None = None  # the driver's statistics of the worker's raw times
     first_call_ms: float | None = None
     verified: tuple[int, ...] = ()
     fatal: bool = False  # the worker cannot go on (it exits)
@@ -51,7 +60,11 @@ class Plan:
     rounds: int
     warmup: int
     iterations: int
-    verify: int  # timed outputs re-checked per workload
+    verify: int  # timed outputs compared per workload
+
+
+class ForgedTiming(Exception):
+    """Raw times that cannot have been measured: the worker's timing records were forged."""
 
 
 class WorkerFailure(Exception):
@@ -82,66 +95,64 @@ class Judge:
 
     def _judge(self) -> WorkloadResult:
         uuid = self.workload.uuid
-        round_seeds = [self.plan.seeds.seed(uuid, ROUND, r) for r in range(self.plan.rounds)]
-        self.session.send(protocol.START, {"workload": uuid, "round_seeds": round_seeds})
+        self.session.send(protocol.START, {"workload": uuid, "rounds": self.plan.rounds})
         worst: Correctness | None = None
         failed: Comparison | None = None
-        for number, seed in enumerate(round_seeds):
+        for number in range(self.plan.rounds):
+            seed = self.plan.seeds.seed(uuid, ROUND, number)
+            self._hand_over(protocol.ROUND_PHASE, number, seed)
             frame = self._expect(protocol.ROUND)
             self._require(frame.meta.get("round") == number, f"round {number} missing")
             if failed is None:
                 verdict = self._compare(frame.values, seed)
                 failed = None if verdict.passed else verdict
                 worst = worst_of(worst, verdict.correctness)
+            else:
+                self.oracle.forget(self.workload, seed)
         first_call_ms = self._expect(protocol.ROUNDS_DONE).meta.get("first_call_ms")
         if failed is not None:
             self.session.send(protocol.SKIP)
+            self._expect(protocol.SKIPPED)  # or the FAILURE of a late write
             return WorkloadResult(uuid, failed.status, failed.message, failed.correctness)
         self.session.send(protocol.TIME)
-        timing = self._serve_seeds()
-        return self._verify_timed(worst, timing, first_call_ms)
+        return self._timed(worst, first_call_ms)
 
-    def _serve_seeds(self) -> dict[str, Any]:
-        """Answer each seed request, in order; the TIMING frame ends the loop."""
-        total = self.plan.warmup + self.plan.iterations
-        served = 0
-        while True:
-            frame = self._expect(protocol.SEED_REQUEST, protocol.TIMING)
-            if frame.kind == protocol.TIMING:
-                break
-            self._require(frame.meta.get("iteration") == served and served < total,
-                          f"seed request {frame.meta.get('iteration')!r} out of order")
-            seed = self.plan.seeds.seed(self.workload.uuid, CALL, served)
-            self.session.send(protocol.SEED, {"seed": seed})
-            served += 1
-        self._require(served == total, f"{served} of {total} calls were run")
-        times = frame.meta.get("times_ms")
-        self._require(isinstance(times, list) and len(times) == self.plan.iterations
-                      and all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0
-                              for t in times), "the timing is incomplete")
-        return frame.meta
+    def _hand_over(self, phase: str, index: int, seed: int) -> float:
+        """Send the inputs of one call; the moment they left."""
+        inputs = self.oracle.inputs(self.workload, seed)
+        self.session.send(protocol.INPUTS, {"workload": self.workload.uuid, "phase": phase,
+                                            "index": index}, inputs)
+        return time.monotonic()
 
-    def _verify_timed(self, worst: Correctness | None, timing: dict[str, Any],
-                      first_call_ms: float | None) -> WorkloadResult:
+    def _timed(self, worst: Correctness | None, first_call_ms: float | None) -> WorkloadResult:
+        """Hand over each call's inputs, take its outputs, compare the secretly chosen ones."""
         uuid = self.workload.uuid
         total = self.plan.warmup + self.plan.iterations
-        chosen = sorted(_RANDOM.sample(range(total), min(self.plan.verify, total)))
-        self.session.send(protocol.VERIFY, {"iterations": chosen})
+        chosen = set(_RANDOM.sample(range(total), min(self.plan.verify, total)))
+        brackets_ms = []
         failed: Comparison | None = None
-        for iteration in chosen:
-            frame = self._expect(protocol.TIMED_OUTPUT)
-            self._require(frame.meta.get("iteration") == iteration,
-                          f"timed output {iteration} missing")
-            if failed is None:
-                seed = self.plan.seeds.seed(uuid, CALL, iteration)
+        for i in range(total):
+            seed = self.plan.seeds.seed(uuid, CALL, i)
+            sent = self._hand_over(protocol.CALL_PHASE, i, seed)
+            frame = self._expect(protocol.CALL_OUTPUT)
+            brackets_ms.append((time.monotonic() - sent) * 1e3)
+            self._require(frame.meta.get("iteration") == i, f"output of call {i} missing")
+            if i not in chosen:
+                self.oracle.forget(self.workload, seed)
+            elif failed is None:
                 verdict = self._compare(frame.values, seed)
                 if not verdict.passed:
-                    failed = _timed_failure(verdict, iteration)
+                    failed = _timed_failure(verdict, i)
+        meta = self._expect(protocol.TIMING).meta
         self._expect(protocol.WORKLOAD_DONE)
         if failed is not None:
             return WorkloadResult(uuid, failed.status, failed.message, failed.correctness)
-        return WorkloadResult(uuid, Status.PASSED, "", worst, timing, first_call_ms,
-                              tuple(chosen))
+        try:
+            timing = recompute_timing(meta, brackets_ms[self.plan.warmup:])
+        except ForgedTiming as exc:
+            return WorkloadResult(uuid, Status.REWARD_HACK, str(exc))
+        return WorkloadResult(uuid, Status.PASSED, "", worst, asdict(timing), first_call_ms,
+                              tuple(sorted(chosen)))
 
     def _compare(self, values: list[Any], seed: int) -> Comparison:
         try:
@@ -164,6 +175,40 @@ class Judge:
     def _require(self, condition: bool, what: str) -> None:
         if not condition:
             raise WorkerLost(Status.RUNTIME_ERROR, f"protocol broken: {what}")
+
+
+def recompute_timing(meta: dict[str, Any], brackets_ms: list[float]) -> Timing:
+    """The statistics of the worker's raw times, computed here; each time held to the driver's
+    wall-clock bracket of its call. Raises WorkerLost for a malformed record, ForgedTiming for
+    one that cannot have been measured."""
+    times = meta.get("times_ms")
+    method = meta.get("method")
+    if (method not in METHODS or not isinstance(times, list) or len(times) != len(brackets_ms)
+            or not all(_is_number(t) and t >= 0 for t in times)):
+        raise WorkerLost(Status.RUNTIME_ERROR, "protocol broken: the timing is incomplete")
+    for k, (reported, bracket) in enumerate(zip(times, brackets_ms)):
+        if reported > bracket * BRACKET_SLACK + BRACKET_SLACK_MS:
+            raise ForgedTiming(f"timed call {k} reported {reported:.4g} ms, longer than the "
+                               f"{bracket:.4g} ms the driver saw between handing over its "
+                               f"inputs and receiving its outputs: forged timing records")
+    kernels = meta.get("kernels_per_iteration")
+    try:
+        return summarize(method, times, _clock_range(meta.get("sm_clock_mhz")),
+                         _clock_range(meta.get("mem_clock_mhz")),
+                         float(kernels) if _is_number(kernels) else None)
+    except TimingError as exc:
+        raise WorkerLost(Status.RUNTIME_ERROR, f"protocol broken: {exc}") from None
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _clock_range(value: Any) -> tuple[float, float] | None:
+    if isinstance(value, list) and len(value) == 2 and all(_is_number(v) for v in value):
+        return float(value[0]), float(value[1])
+    return None
 
 
 def _timed_failure(verdict: Comparison, iteration: int) -> Comparison:
