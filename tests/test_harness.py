@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -28,10 +31,17 @@ from solforge.harness.channel import (
 )
 from solforge.harness.compare import compare_outputs, required_count
 from solforge.harness.evaluate import EvalConfig, disqualify, evaluate, select_workloads
-from solforge.harness.guards import IdentitySnapshot, live_children
-from solforge.harness.judge import WorkloadResult
+from solforge.harness.guards import (
+    HookSnapshot,
+    IdentitySnapshot,
+    ThreadOrigins,
+    WorkAfterReturn,
+    live_children,
+)
+from solforge.harness.judge import ForgedTiming, WorkloadResult, recompute_timing
 from solforge.harness.output_log import OutputLog
 from solforge.harness.seeds import CALL, ROUND, SeedPlan
+from solforge.harness.session import WorkerLost
 from solforge.harness.sol import SpeedOfLight, below_floor, score
 from solforge.harness.solution import SolutionError, load_solution, parse_solution
 from solforge.harness.trace import (
@@ -329,6 +339,96 @@ def test_identity_snapshot_sees_a_replaced_function():
     finally:
         time.perf_counter = original
     assert snapshot.changed() == []
+
+
+def test_identity_snapshot_sees_harness_instance_state():
+    class Link:
+        def send(self):
+            return None
+
+    link = Link()
+    link.writer, link.sequence = object(), 0
+    snapshot = IdentitySnapshot(["time"])
+    snapshot.pin("link", link, mutable=("sequence",))
+    link.sequence = 5
+    assert snapshot.changed() == []
+    link.send = lambda: None  # wrapped on the instance: no class or module name rebound
+    assert snapshot.changed() == ["link.send"]
+    del link.send
+    link.writer = None
+    assert snapshot.changed() == ["link.writer"]
+
+
+def test_hook_snapshot_sees_kernels_and_modes_that_watch_tensors():
+    snapshot = HookSnapshot(["aten::equal", "aten::normal_"])
+    assert snapshot.changed() == []
+
+    class Snoop(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Snoop():
+        assert snapshot.changed() == ["TorchFunctionMode stack"]
+    torch.set_default_device("cpu")  # PyTorch's own device mode is no hook
+    try:
+        assert snapshot.changed() == []
+    finally:
+        torch.set_default_device(None)
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        library.impl("equal", lambda a, b: True, "AutogradCPU")
+    try:
+        assert "aten::equal" in snapshot.changed()
+    finally:
+        library._destroy()
+    assert snapshot.changed() == []
+
+
+def test_only_threads_that_work_after_the_return_are_caught():
+    start = threading.Thread.start
+    try:
+        _threads_after_return(WorkAfterReturn(ThreadOrigins()))
+    finally:
+        threading.Thread.start = start
+
+
+def _threads_after_return(watch: WorkAfterReturn) -> None:
+    jobs: queue.Queue = queue.Queue()
+
+    def idle_worker():
+        while jobs.get() is not None:
+            sum(range(2_000_000))  # a job, done while the call waits
+
+    idle = threading.Thread(target=idle_worker, daemon=True)
+    idle.start()
+    jobs.put(1)
+    time.sleep(0.3)  # the "call": the job runs and the worker goes back to queue.get
+    watch.mark()
+    time.sleep(0.05)
+    assert watch.busy() == []  # blocked in queue.get: no work after the return
+    jobs.put(1)  # work after the return
+    time.sleep(0.3)
+    assert any("idle_worker" in found for found in watch.busy())
+    watch.mark()
+    late = threading.Thread(target=lambda: sum(range(2_000_000)), name="late")
+    late.start()
+    late.join()  # started and ended between two checks: still seen
+    assert any(found.startswith("late") and found.endswith("ended") for found in watch.busy())
+    jobs.put(None)
+
+
+def test_driver_recomputes_statistics_and_bounds_times_by_its_bracket():
+    meta = {"method": "cpu", "times_ms": [1.0, 3.0, 2.0], "median_ms": 0.001,
+            "min_ms": 0.001, "sm_clock_mhz": None}
+    timing = recompute_timing(meta, [5.0, 5.0, 5.0])
+    assert (timing.median_ms, timing.min_ms, timing.max_ms) == (2.0, 1.0, 3.0)
+    with pytest.raises(ForgedTiming, match="timed call 1 reported 3 ms"):
+        recompute_timing(meta, [5.0, 2.0, 5.0])
+    with pytest.raises(WorkerLost):
+        recompute_timing({**meta, "times_ms": [1.0, 2.0]}, [5.0, 5.0, 5.0])
+    with pytest.raises(WorkerLost):
+        recompute_timing({**meta, "method": "stopwatch"}, [5.0, 5.0, 5.0])
 
 
 def test_live_children_finds_a_running_subprocess():

@@ -9,9 +9,10 @@ described by dtype and shape; the reader computes every size itself and never un
 anything the candidate's process wrote.
 
 Limits of the defense: the key lives in the candidate's process, so code that digs through that
-process's memory could forge frames. Nothing the driver trusts comes only from the channel,
-though: it recomputes every reference itself, re-checks timed outputs and holds every time to
-the speed-of-light floor.
+process's memory could forge frames. Little the driver trusts comes only from the channel,
+though: it makes every input, takes every output when its call returns, computes every
+reference and statistic itself, bounds each reported time by its own wall-clock bracket of the
+call and holds every time to the speed-of-light floor.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def decode_values(descriptions: Any, payload: bytearray) -> list[Any]:
             raise ChannelForged("payload shorter than its tensors")
         flat = torch.frombuffer(payload, dtype=torch.uint8, count=size, offset=offset)
         values.append(flat.view(dtype).reshape(shape) if size else
-                      torch.empty(shape, dtype=dtype))
+                      torch.empty(shape, dtype=dtype, device="cpu"))
         offset += size
     if offset != len(payload):
         raise ChannelForged("payload longer than its tensors")
@@ -125,7 +126,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+    return torch.empty((), dtype=dtype, device="cpu").element_size()
 
 
 class FrameWriter:

@@ -83,12 +83,13 @@ class Violation:
 def _watched_classes() -> dict[str, type]:
     from torch.autograd.profiler import record_function
     from torch.profiler import profile
+    from torch.utils._device import DeviceContext
 
     return {"torch.Tensor": torch.Tensor, "torch._C.TensorBase": torch._C.TensorBase,
             "torch.cuda.Event": torch.cuda.Event,
             "torch.cuda.Stream": torch.cuda.Stream, "torch.cuda.CUDAGraph": torch.cuda.CUDAGraph,
             "torch.profiler.profile": profile, "record_function": record_function,
-            "threading.Thread": threading.Thread}
+            "threading.Thread": threading.Thread, "DeviceContext": DeviceContext}
 
 
 class IdentitySnapshot:
@@ -156,7 +157,7 @@ class HookSnapshot:
     def take(self) -> dict[str, Any]:
         state: dict[str, Any] = {op: _dispatch_dump(op) for op in self.ops}
         state |= {f"python kernels of {op}": _python_kernels(op) for op in self.ops}
-        state["TorchFunctionMode stack"] = torch._C._len_torch_function_stack()
+        state["TorchFunctionMode stack"] = _function_modes()
         state["TorchDispatchMode stack"] = _dispatch_stack_length()
         state["sys.monitoring tools"] = _monitoring_tools()
         return state
@@ -183,6 +184,16 @@ def _python_kernels(op: str) -> tuple[str, ...]:
         return ()
     kernels = getattr(handle, "py_kernels", {})
     return tuple(sorted(f"{key}={id(fn)}" for key, fn in kernels.items()))
+
+
+def _function_modes() -> tuple[str, ...]:
+    """The active TorchFunctionModes but `torch.set_default_device`'s own (exactly its class,
+    whose methods are watched like the harness's): that one only fills in a device."""
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+
+    return tuple(type(mode).__qualname__ for mode in _get_current_function_mode_stack()
+                 if type(mode) is not DeviceContext)
 
 
 def _dispatch_stack_length() -> int:
