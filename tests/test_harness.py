@@ -431,6 +431,37 @@ def test_driver_recomputes_statistics_and_bounds_times_by_its_bracket():
         recompute_timing({**meta, "method": "stopwatch"}, [5.0, 5.0, 5.0])
 
 
+_OPEN_SHARED = """
+import json, sys, torch
+from solforge.harness.handover import receive_values
+meta = json.loads(sys.stdin.read())
+values = receive_values(meta["values"], meta["shared"], torch.device("cuda"))
+print(json.dumps([float(values[0].float().sum()), values[1], list(values[0].shape)]))
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_ipc_hands_a_copy_to_another_process():
+    """The driver's side shares a pool copy; a second process maps it and copies it out."""
+    from solforge.harness.handover import SharedInputs
+
+    device = torch.device("cuda")
+    original = torch.randn(300, 7, device=device)[:, 2:]  # a strided view with an offset
+    shared = SharedInputs(device)
+    values, descriptions = shared.share([original, 1e-5])
+    assert values[1] == 1e-5 and descriptions[1] is None and descriptions[0]["kind"] == "cuda_ipc"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    child = subprocess.run([sys.executable, "-c", _OPEN_SHARED], capture_output=True, text=True,
+                           input=json.dumps({"values": values, "shared": descriptions}),
+                           env=env, timeout=120)
+    assert child.returncode == 0, child.stderr
+    total, scalar, shape = json.loads(child.stdout)
+    assert shape == [300, 5] and scalar == 1e-5
+    assert total == pytest.approx(float(original.sum()), rel=1e-5)
+    shared.release()
+
+
 def test_live_children_finds_a_running_subprocess():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:

@@ -24,8 +24,9 @@ from typing import Any
 
 import torch
 
-from solforge.harness import protocol
+from solforge.harness import handover, protocol
 from solforge.harness.compare import Comparison, compare_outputs, worst_of
+from solforge.harness.handover import SharedInputs
 from solforge.harness.oracle import ReferenceFailure, ReferenceOracle
 from solforge.harness.seeds import CALL, ROUND, SeedPlan
 from solforge.harness.session import WorkerLost, WorkerSession
@@ -80,6 +81,9 @@ class Judge:
         self.oracle = oracle
         self.plan = plan
         self.timeout_s = timeout_s
+        self.shared: SharedInputs | None = None
+        self.probed = oracle.device.type != "cuda"  # IPC is for device tensors only
+        self.probe_note = ""
 
     def judge(self, workload: Workload) -> WorkloadResult:
         """The verdict; raises WorkerLost when the worker stops answering."""
@@ -87,6 +91,8 @@ class Judge:
         self.workload = workload
         self.max_payload = _output_bytes(self.oracle, workload)
         try:
+            if not self.probed:
+                self._probe()
             return self._judge()
         except WorkerFailure as failure:
             meta = failure.meta
@@ -117,11 +123,35 @@ class Judge:
         self.session.send(protocol.TIME)
         return self._timed(worst, first_call_ms)
 
+    def _probe(self) -> None:
+        """Once per worker on a GPU: hand over inputs through CUDA IPC if the worker can map a
+        shared tensor, else as bytes."""
+        self.probed = True
+        try:
+            shared = SharedInputs(self.oracle.device)
+            values, descriptions = shared.share([handover.probe_value(self.oracle.device)])
+        except Exception as exc:  # no IPC in this driver
+            self.probe_note = f"CUDA IPC unavailable in the driver: {exc}"
+            return
+        self.session.send(protocol.PROBE, {"shared": descriptions}, values)
+        frame = self.session.receive(self.deadline, 0, "the worker did not answer the probe")
+        if frame.kind == protocol.FAILURE:
+            raise WorkerFailure(frame.meta)
+        self._require(frame.kind == protocol.PROBED, f"expected probed, got {frame.kind}")
+        if frame.meta.get("sum") == handover.PROBE_SUM:
+            self.shared = shared
+        else:
+            self.probe_note = f"CUDA IPC failed in the worker: {frame.meta.get('error')}"
+        shared.release()
+
     def _hand_over(self, phase: str, index: int, seed: int) -> float:
-        """Send the inputs of one call; the moment they left."""
+        """Send the inputs of one call (through CUDA IPC on a GPU, as bytes otherwise); the
+        moment they left."""
         inputs = self.oracle.inputs(self.workload, seed)
-        self.session.send(protocol.INPUTS, {"workload": self.workload.uuid, "phase": phase,
-                                            "index": index}, inputs)
+        meta = {"workload": self.workload.uuid, "phase": phase, "index": index}
+        if self.shared is not None:
+            inputs, meta["shared"] = self.shared.share(inputs)
+        self.session.send(protocol.INPUTS, meta, inputs)
         return time.monotonic()
 
     def _timed(self, worst: Correctness | None, first_call_ms: float | None) -> WorkloadResult:

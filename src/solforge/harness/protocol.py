@@ -6,6 +6,11 @@ The driver leads; the worker never holds the plan. First
     CONFIG {key, solution, ...}        ->
                                        <-     READY {import_seconds}
 
+then, once, on a GPU:
+
+    PROBE {shared}                     ->                 (can this worker map CUDA IPC?)
+                                       <-     PROBED {sum | error}
+
 then per workload:
 
     START {workload, rounds}           ->
@@ -38,6 +43,8 @@ from dataclasses import asdict, dataclass
 
 CONFIG = "config"
 READY = "ready"
+PROBE = "probe"
+PROBED = "probed"
 START = "start"
 INPUTS = "inputs"
 ROUND = "round"

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from solforge.harness import protocol
+from solforge.harness import handover, protocol
 from solforge.harness.channel import Frame, FrameReader, FrameWriter
 from solforge.harness.guards import Guards, Violation
 from solforge.harness.protocol import WorkerConfig
@@ -157,7 +157,10 @@ class Worker:
     def serve(self) -> None:
         """Evaluate workloads as the driver names them, until it kills this process."""
         while True:
-            frame = self.link.receive(protocol.START)
+            frame = self.link.receive(protocol.START, protocol.PROBE)
+            if frame.kind == protocol.PROBE:
+                self._answer_probe(frame)
+                continue
             workload = self.workloads[frame.meta["workload"]]
             try:
                 self._evaluate(workload, int(frame.meta["rounds"]))
@@ -170,6 +173,14 @@ class Worker:
                 if fault.fatal:
                     return
             _release_memory(self.device)
+
+    def _answer_probe(self, frame: Frame) -> None:
+        """Open the driver's shared probe tensor and say what it holds (or why it failed)."""
+        try:
+            values = handover.receive_values(frame.values, frame.meta.get("shared"), self.device)
+            self.link.send(protocol.PROBED, {"sum": int(values[0].sum())})
+        except Exception as exc:  # no IPC here: the driver sends bytes instead
+            self.link.send(protocol.PROBED, {"error": f"{type(exc).__name__}: {exc}"[:500]})
 
     def _evaluate(self, workload: Workload, rounds: int) -> None:
         if self.config.role == protocol.REFERENCE_COMPILE:
@@ -227,6 +238,9 @@ class Worker:
         if (frame.meta.get("workload"), frame.meta.get("phase"),
                 frame.meta.get("index")) != (workload.uuid, phase, index):
             raise RuntimeError(f"protocol: inputs {frame.meta} arrived for {phase} {index}")
+        shared = frame.meta.get("shared")
+        if shared is not None:  # device tensors through CUDA IPC, copied to our own memory
+            return handover.receive_values(frame.values, shared, self.device)
         return [_fresh(v, self.device) for v in frame.values]
 
     def returned(self) -> None:
