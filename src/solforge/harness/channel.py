@@ -72,7 +72,9 @@ def encode_values(values: Sequence[Any]) -> tuple[list[dict[str, Any]], list[mem
     chunks: list[memoryview] = []
     for value in values:
         if isinstance(value, torch.Tensor):
-            host = value.detach().contiguous().cpu()
+            # A copy taken now, on the CPU too (where .cpu() is the tensor itself): what is
+            # authenticated and sent is the value at this moment, whatever writes it later.
+            host = value.detach().to("cpu", copy=True).contiguous()
             name = str(host.dtype).removeprefix("torch.")
             descriptions.append({"kind": "tensor", "dtype": name, "shape": list(host.shape)})
             chunks.append(memoryview(host.reshape(-1).view(torch.uint8).numpy()))
