@@ -38,7 +38,13 @@ from solforge.harness.guards import (
     WorkAfterReturn,
     live_children,
 )
-from solforge.harness.judge import ForgedTiming, WorkloadResult, recompute_timing
+from solforge.harness.judge import (
+    ForgedTiming,
+    Judge,
+    Plan,
+    WorkloadResult,
+    recompute_timing,
+)
 from solforge.harness.output_log import OutputLog
 from solforge.harness.seeds import CALL, ROUND, SeedPlan
 from solforge.harness.session import WorkerLost
@@ -460,6 +466,41 @@ def test_cuda_ipc_hands_a_copy_to_another_process():
     assert shape == [300, 5] and scalar == 1e-5
     assert total == pytest.approx(float(original.sum()), rel=1e-5)
     shared.release()
+
+
+class _BrokenInputs:
+    """An oracle whose input generation fails, for a judge that talks to no worker."""
+
+    device = torch.device("cpu")
+
+    def inputs(self, workload, seed):
+        raise ValueError("custom inputs entrypoint failed")
+
+    def output_shapes(self, workload):
+        return {"output": (8, 256)}
+
+    problem = load_problem(SMALL)
+
+
+class _RecordingSession:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send(self, kind, meta=None, values=()) -> None:
+        self.sent.append(kind)
+
+    def deadline(self, seconds: float) -> float:
+        return time.monotonic() + seconds
+
+
+def test_failed_input_generation_is_an_invalid_reference_not_a_crash():
+    session = _RecordingSession()
+    plan = Plan(SeedPlan(secret=1), rounds=2, warmup=1, iterations=2, verify=1)
+    workload = load_problem(SMALL).workloads[0]
+    result = Judge(session, _BrokenInputs(), plan, 10.0).judge(workload)
+    assert result.status is Status.INVALID_REFERENCE and result.fatal
+    assert "custom inputs entrypoint failed" in result.message
+    assert session.sent == ["start"]  # no inputs ever left the driver
 
 
 def test_live_children_finds_a_running_subprocess():

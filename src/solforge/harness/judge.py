@@ -33,6 +33,7 @@ from solforge.harness.session import WorkerLost, WorkerSession
 from solforge.harness.timing import METHODS, Timing, TimingError, summarize
 from solforge.harness.trace import Correctness, Status, parse_status
 from solforge.problem.dtypes import storage_shape
+from solforge.problem.reference import describe_exception
 from solforge.problem.workload import Workload
 
 _RANDOM = secrets.SystemRandom()
@@ -62,6 +63,10 @@ class Plan:
     warmup: int
     iterations: int
     verify: int  # timed outputs compared per workload
+
+
+class InputFailure(Exception):
+    """The problem's own input generation failed in the driver: INVALID_REFERENCE."""
 
 
 class ForgedTiming(Exception):
@@ -98,6 +103,9 @@ class Judge:
             meta = failure.meta
             return WorkloadResult(workload.uuid, parse_status(meta.get("status")),
                                   str(meta.get("message", "")), fatal=bool(meta.get("fatal")))
+        except InputFailure as failure:  # the worker waits for inputs that will not come
+            return WorkloadResult(workload.uuid, Status.INVALID_REFERENCE, str(failure),
+                                  fatal=True)
 
     def _judge(self) -> WorkloadResult:
         uuid = self.workload.uuid
@@ -147,7 +155,11 @@ class Judge:
     def _hand_over(self, phase: str, index: int, seed: int) -> float:
         """Send the inputs of one call (through CUDA IPC on a GPU, as bytes otherwise); the
         moment they left."""
-        inputs = self.oracle.inputs(self.workload, seed)
+        try:
+            inputs = self.oracle.inputs(self.workload, seed)
+        except Exception as exc:
+            raise InputFailure(f"making the inputs of {phase} {index} failed: "
+                               f"{describe_exception(exc)}") from None
         meta = {"workload": self.workload.uuid, "phase": phase, "index": index}
         if self.shared is not None:
             inputs, meta["shared"] = self.shared.share(inputs)
@@ -220,7 +232,8 @@ def recompute_timing(meta: dict[str, Any], brackets_ms: list[float]) -> Timing:
         if reported > bracket * BRACKET_SLACK + BRACKET_SLACK_MS:
             raise ForgedTiming(f"timed call {k} reported {reported:.4g} ms, longer than the "
                                f"{bracket:.4g} ms the driver saw between handing over its "
-                               f"inputs and receiving its outputs: forged timing records")
+                               f"inputs and receiving its outputs: forged timing records, or "
+                               f"device work launched after the call returned")
     kernels = meta.get("kernels_per_iteration")
     try:
         return summarize(method, times, _clock_range(meta.get("sm_clock_mhz")),
