@@ -290,7 +290,10 @@ def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
         raise TimingError(f"the profiler recorded {len(markers)} flush ranges for {total} "
                           f"iterations")
     setups = host_ids_in_ranges(events, setup_range)
-    if len(setups) != 2 * total:
+    if len(setups) < 2 * total:
+        raise TimingError(f"the profiler recorded {len(setups)} harness setup ranges for "
+                          f"{2 * total}")
+    if len(setups) > 2 * total:
         raise ForgedRange(f"the profiler recorded {len(setups)} harness setup ranges for "
                           f"{2 * total}: something else opened a range under the harness's "
                           f"secret name to hide its work from the timing")
