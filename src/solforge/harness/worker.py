@@ -94,6 +94,7 @@ class Worker:
         self.function: Callable[..., Any] | None = None
         self.reference_module = None
         self.handed_over: tuple[list[Any], str] | None = None  # last round's outputs, digest
+        self.watched_late_writes = False
 
     # -- setup -----------------------------------------------------------------------------
 
@@ -119,7 +120,8 @@ class Worker:
     def _pin_harness_objects(self, guards: Guards) -> None:
         """The harness's own objects keep their state: a guard hook set to None, a wrapped
         `send` or a swapped reader is seen after the next call."""
-        guards.pin("worker", self, mutable=("function", "reference_module", "handed_over"))
+        guards.pin("worker", self, mutable=("function", "reference_module", "handed_over",
+                                            "watched_late_writes"))
         guards.pin("worker.link", self.link)
         guards.pin("worker.link.writer", self.link.writer, mutable=("sequence",))
         guards.pin("worker.link.reader", self.link.reader, mutable=("sequence",))
@@ -250,9 +252,12 @@ class Worker:
 
     def _watch_for_late_writes(self) -> None:
         """A wrong round may be a call that returned before its work was done (a thread fills
-        the outputs later): watch the outputs handed over for a while, and the threads."""
-        if self.guards is None or self.handed_over is None:
+        the outputs later): watch the outputs handed over for a while, and the threads. Once
+        per worker: a late writer is late on its first wrong workload as on any other, and an
+        honest wrong solution should not pay the wait on every workload."""
+        if self.guards is None or self.handed_over is None or self.watched_late_writes:
             return
+        self.watched_late_writes = True
         outputs, digest = self.handed_over
         deadline = time.monotonic() + LATE_WORK_S
         while time.monotonic() < deadline:
