@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -38,11 +41,25 @@ from solforge.harness.channel import (
     FrameReader,
     FrameWriter,
 )
-from solforge.harness.compare import compare_outputs
-from solforge.harness.evaluate import EvalConfig, evaluate, select_workloads
-from solforge.harness.guards import IdentitySnapshot, live_children
+from solforge.harness.compare import compare_outputs, required_count
+from solforge.harness.evaluate import EvalConfig, disqualify, evaluate, select_workloads
+from solforge.harness.guards import (
+    HookSnapshot,
+    IdentitySnapshot,
+    ThreadOrigins,
+    WorkAfterReturn,
+    live_children,
+)
+from solforge.harness.judge import (
+    ForgedTiming,
+    Judge,
+    Plan,
+    WorkloadResult,
+    recompute_timing,
+)
 from solforge.harness.output_log import OutputLog
 from solforge.harness.seeds import CALL, ROUND, SeedPlan
+from solforge.harness.session import WorkerLost
 from solforge.harness.sol import SpeedOfLight, below_floor, score
 from solforge.problem import load_problem
 from solforge.problem.inputs import pack_fp4
@@ -252,6 +269,25 @@ def test_compare_matched_ratio_and_error_cap():
     assert _compare(out, ref, strict).status is Status.INCORRECT_NUMERICAL
 
 
+def test_matched_count_is_exact_at_any_size():
+    """A float mean of 262,668,288 booleans is one ulp under 1.0 on CUDA; counts are exact."""
+    for n in (262_668_288, (1 << 31) + 7, 1 << 40):
+        assert required_count(1.0, n) == n
+        assert required_count(0.0, n) == 0
+    assert required_count(0.1, 10) == 1  # not 2: 0.1 as written, not the float above it
+    assert required_count(0.999, 1000) == 999
+    assert required_count(0.995, 1001) == 996  # ceil(995.995)
+    ref = torch.ones(16, 256, dtype=torch.bfloat16)
+    out = ref.clone()
+    out[0, 0] = 5.0  # one element off: 4095 of 4096 within
+    needs_all = Tolerance(required_matched_ratio=1.0)
+    failed = _compare(out, ref, needs_all)
+    assert failed.status is Status.INCORRECT_NUMERICAL and "4095 of 4096" in failed.message
+    assert _compare(ref.clone(), ref, needs_all).status is Status.PASSED
+    assert _compare(out, ref, Tolerance(required_matched_ratio=4095 / 4096)).status is (
+        Status.PASSED)
+
+
 def test_compare_negative_infinity_only_when_allowed():
     ref = torch.randn(4, 256).bfloat16()
     ref[0, 0] = -math.inf
@@ -267,6 +303,18 @@ def test_compare_checks_shape_and_dtype():
 
 
 # -- seeds, logs, guards, speed of light ------------------------------------------------------
+
+def test_a_cheat_on_a_later_workload_disqualifies_earlier_ones():
+    results = {"a": WorkloadResult("a", Status.PASSED, timing={"median_ms": 1.0}),
+               "b": WorkloadResult("b", Status.INCORRECT_NUMERICAL, "off"),
+               "c": WorkloadResult("c", Status.REWARD_HACK, "patched the timer")}
+    judged = disqualify(results)
+    assert {r.status for r in judged.values()} == {Status.REWARD_HACK}
+    assert judged["a"].message == "disqualified: caught cheating on workload c: patched the timer"
+    assert judged["c"].message == "patched the timer"
+    honest = {"a": results["a"], "b": results["b"]}
+    assert disqualify(honest) == honest
+
 
 def test_seeds_depend_on_secret_phase_and_index():
     plan = SeedPlan(secret=1)
@@ -297,6 +345,162 @@ def test_identity_snapshot_sees_a_replaced_function():
     finally:
         time.perf_counter = original
     assert snapshot.changed() == []
+
+
+def test_identity_snapshot_sees_harness_instance_state():
+    class Link:
+        def send(self):
+            return None
+
+    link = Link()
+    link.writer, link.sequence = object(), 0
+    snapshot = IdentitySnapshot(["time"])
+    snapshot.pin("link", link, mutable=("sequence",))
+    link.sequence = 5
+    assert snapshot.changed() == []
+    link.send = lambda: None  # wrapped on the instance: no class or module name rebound
+    assert snapshot.changed() == ["link.send"]
+    del link.send
+    link.writer = None
+    assert snapshot.changed() == ["link.writer"]
+
+
+def test_hook_snapshot_sees_kernels_and_modes_that_watch_tensors():
+    snapshot = HookSnapshot(["aten::equal", "aten::normal_"])
+    assert snapshot.changed() == []
+
+    class Snoop(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Snoop():
+        assert snapshot.changed() == ["TorchFunctionMode stack"]
+    torch.set_default_device("cpu")  # PyTorch's own device mode is no hook
+    try:
+        assert snapshot.changed() == []
+    finally:
+        torch.set_default_device(None)
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        library.impl("equal", lambda a, b: True, "AutogradCPU")
+    try:
+        assert "aten::equal" in snapshot.changed()
+    finally:
+        library._destroy()
+    assert snapshot.changed() == []
+
+
+def test_only_threads_that_work_after_the_return_are_caught():
+    start = threading.Thread.start
+    try:
+        _threads_after_return(WorkAfterReturn(ThreadOrigins()))
+    finally:
+        threading.Thread.start = start
+
+
+def _threads_after_return(watch: WorkAfterReturn) -> None:
+    jobs: queue.Queue = queue.Queue()
+
+    def idle_worker():
+        while jobs.get() is not None:
+            sum(range(2_000_000))  # a job, done while the call waits
+
+    idle = threading.Thread(target=idle_worker, daemon=True)
+    idle.start()
+    jobs.put(1)
+    time.sleep(0.3)  # the "call": the job runs and the worker goes back to queue.get
+    watch.mark()
+    time.sleep(0.05)
+    assert watch.busy() == []  # blocked in queue.get: no work after the return
+    jobs.put(1)  # work after the return
+    time.sleep(0.3)
+    assert any("idle_worker" in found for found in watch.busy())
+    watch.mark()
+    late = threading.Thread(target=lambda: sum(range(2_000_000)), name="late")
+    late.start()
+    late.join()  # started and ended between two checks: still seen
+    assert any(found.startswith("late") and found.endswith("ended") for found in watch.busy())
+    jobs.put(None)
+
+
+def test_driver_recomputes_statistics_and_bounds_times_by_its_bracket():
+    meta = {"method": "cpu", "times_ms": [1.0, 3.0, 2.0], "median_ms": 0.001,
+            "min_ms": 0.001, "sm_clock_mhz": None}
+    timing = recompute_timing(meta, [5.0, 5.0, 5.0])
+    assert (timing.median_ms, timing.min_ms, timing.max_ms) == (2.0, 1.0, 3.0)
+    with pytest.raises(ForgedTiming, match="timed call 1 reported 3 ms"):
+        recompute_timing(meta, [5.0, 2.0, 5.0])
+    with pytest.raises(WorkerLost):
+        recompute_timing({**meta, "times_ms": [1.0, 2.0]}, [5.0, 5.0, 5.0])
+    with pytest.raises(WorkerLost):
+        recompute_timing({**meta, "method": "stopwatch"}, [5.0, 5.0, 5.0])
+
+
+_OPEN_SHARED = """
+import json, sys, torch
+from solforge.harness.handover import receive_values
+meta = json.loads(sys.stdin.read())
+values = receive_values(meta["values"], meta["shared"], torch.device("cuda"))
+print(json.dumps([float(values[0].float().sum()), values[1], list(values[0].shape)]))
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_ipc_hands_a_copy_to_another_process():
+    """The driver's side shares a pool copy; a second process maps it and copies it out."""
+    from solforge.harness.handover import SharedInputs
+
+    device = torch.device("cuda")
+    original = torch.randn(300, 7, device=device)[:, 2:]  # a strided view with an offset
+    shared = SharedInputs(device)
+    values, descriptions = shared.share([original, 1e-5])
+    assert values[1] == 1e-5 and descriptions[1] is None and descriptions[0]["kind"] == "cuda_ipc"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    child = subprocess.run([sys.executable, "-c", _OPEN_SHARED], capture_output=True, text=True,
+                           input=json.dumps({"values": values, "shared": descriptions}),
+                           env=env, timeout=120)
+    assert child.returncode == 0, child.stderr
+    total, scalar, shape = json.loads(child.stdout)
+    assert shape == [300, 5] and scalar == 1e-5
+    assert total == pytest.approx(float(original.sum()), rel=1e-5)
+    shared.release()
+
+
+class _BrokenInputs:
+    """An oracle whose input generation fails, for a judge that talks to no worker."""
+
+    device = torch.device("cpu")
+
+    def inputs(self, workload, seed):
+        raise ValueError("custom inputs entrypoint failed")
+
+    def output_shapes(self, workload):
+        return {"output": (8, 256)}
+
+    problem = load_problem(SMALL)
+
+
+class _RecordingSession:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send(self, kind, meta=None, values=()) -> None:
+        self.sent.append(kind)
+
+    def deadline(self, seconds: float) -> float:
+        return time.monotonic() + seconds
+
+
+def test_failed_input_generation_is_an_invalid_reference_not_a_crash():
+    session = _RecordingSession()
+    plan = Plan(SeedPlan(secret=1), rounds=2, warmup=1, iterations=2, verify=1)
+    workload = load_problem(SMALL).workloads[0]
+    result = Judge(session, _BrokenInputs(), plan, 10.0).judge(workload)
+    assert result.status is Status.INVALID_REFERENCE and result.fatal
+    assert "custom inputs entrypoint failed" in result.message
+    assert session.sent == ["start"]  # no inputs ever left the driver
 
 
 def test_live_children_finds_a_running_subprocess():

@@ -9,9 +9,10 @@ described by dtype and shape; the reader computes every size itself and never un
 anything the candidate's process wrote.
 
 Limits of the defense: the key lives in the candidate's process, so code that digs through that
-process's memory could forge frames. Nothing the driver trusts comes only from the channel,
-though: it recomputes every reference itself, re-checks timed outputs and holds every time to
-the speed-of-light floor.
+process's memory could forge frames. Little the driver trusts comes only from the channel,
+though: it makes every input, takes every output when its call returns, computes every
+reference and statistic itself, bounds each reported time by its own wall-clock bracket of the
+call and holds every time to the speed-of-light floor.
 """
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ def encode_values(values: Sequence[Any]) -> tuple[list[dict[str, Any]], list[mem
     chunks: list[memoryview] = []
     for value in values:
         if isinstance(value, torch.Tensor):
-            host = value.detach().contiguous().cpu()
+            # A copy taken now, on the CPU too (where .cpu() is the tensor itself): what is
+            # authenticated and sent is the value at this moment, whatever writes it later.
+            host = value.detach().to("cpu", copy=True).contiguous()
             name = str(host.dtype).removeprefix("torch.")
             descriptions.append({"kind": "tensor", "dtype": name, "shape": list(host.shape)})
             chunks.append(memoryview(host.reshape(-1).view(torch.uint8).numpy()))
@@ -101,7 +104,7 @@ def decode_values(descriptions: Any, payload: bytearray) -> list[Any]:
             raise ChannelForged("payload shorter than its tensors")
         flat = torch.frombuffer(payload, dtype=torch.uint8, count=size, offset=offset)
         values.append(flat.view(dtype).reshape(shape) if size else
-                      torch.empty(shape, dtype=dtype))
+                      torch.empty(shape, dtype=dtype, device="cpu"))
         offset += size
     if offset != len(payload):
         raise ChannelForged("payload longer than its tensors")
@@ -125,7 +128,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+    return torch.empty((), dtype=dtype, device="cpu").element_size()
 
 
 class FrameWriter:

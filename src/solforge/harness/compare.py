@@ -7,13 +7,15 @@ Per output, in this order (SOL-ExecBench docs/workload.md semantics):
 3. an all-zero output against a non-zero reference fails whatever the tolerance (a zero output
    is the classic answer of a kernel that did nothing);
 4. element-wise |out - ref| <= max_atol + max_rtol * |ref|, in float64; the output passes when at
-   least `required_matched_ratio` of the elements do and, when `max_error_cap` is set, the
-   largest absolute error stays under it.
+   least ceil(`required_matched_ratio` * n) of its n elements do (integer counts, exact at any
+   n) and, when `max_error_cap` is set, the largest absolute error stays under it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -80,21 +82,37 @@ def _compare_one(name: str, out: Any, ref: Any, tolerance: Tolerance) -> Compari
     floor = max(tolerance.max_atol, torch.finfo(torch.float64).tiny)
     max_rel = float((error / ref64.abs().clamp(min=floor)).max())
     bound = tolerance.max_atol + tolerance.max_rtol * ref64.abs()
-    matched = float((error <= bound).double().mean())
+    within = int(torch.count_nonzero(error <= bound))
+    total = error.numel()
+    matched = within / total
     correctness = Correctness(max_rel, max_abs, matched_ratio=matched)
     if bool((ref64 != 0).any()) and not bool((out64 != 0).any()):
         return Comparison(Status.INCORRECT_NUMERICAL, correctness,
                           f"output {name!r} is all zeros; the reference is not")
-    if matched < tolerance.required_matched_ratio:
+    needed = required_count(tolerance.required_matched_ratio, total)
+    if within < needed:
         return Comparison(Status.INCORRECT_NUMERICAL, correctness,
-                          f"output {name!r}: {matched:.2%} of elements within atol="
-                          f"{tolerance.max_atol:g}, rtol={tolerance.max_rtol:g} (needs "
-                          f"{tolerance.required_matched_ratio:.2%}); max abs error {max_abs:.3g}")
+                          f"output {name!r}: {within} of {total} elements ({matched:.4%}) within "
+                          f"atol={tolerance.max_atol:g}, rtol={tolerance.max_rtol:g} (needs "
+                          f"{needed}, {tolerance.required_matched_ratio:.2%}); max abs error "
+                          f"{max_abs:.3g}")
     cap = tolerance.max_error_cap
     if cap is not None and max_abs > cap:
         return Comparison(Status.INCORRECT_NUMERICAL, correctness,
                           f"output {name!r}: max abs error {max_abs:.3g} above the cap {cap:g}")
     return Comparison(Status.PASSED, correctness)
+
+
+def required_count(ratio: float, total: int) -> int:
+    """ceil(ratio * total) in exact arithmetic: the fewest elements that must be within bounds.
+
+    A float mean of a boolean mask (a sum times 1/N) can land one ulp under 1.0 for N near 2^28,
+    failing a perfect output against a required ratio of 1.0; counting in integers and turning
+    the ratio as written (its shortest decimal, so 0.1 is 1/10, not the binary float above it)
+    into an exact fraction keeps the comparison exact at any size.
+    """
+    exact = Fraction(repr(float(ratio))) * total
+    return min(total, math.ceil(exact))
 
 
 def as_float64(value: Any, device: torch.device | None) -> torch.Tensor:

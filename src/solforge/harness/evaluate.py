@@ -107,8 +107,8 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig = EvalConf
     report(f"{solution.name}: {len(run.workloads)} workloads on {run.device}")
     candidate = run.candidate(solution, report)
     sols = {w.uuid: speed_of_light(problem, w, run.profile) for w in run.workloads}
-    results = {uuid: run.hold_to_floor(result, sols[uuid])
-               for uuid, result in _reject_forged_prints(candidate).items()}
+    results = disqualify({uuid: run.hold_to_floor(result, sols[uuid])
+                          for uuid, result in _reject_forged_prints(candidate).items()})
     passed = [w for w in run.workloads if results[w.uuid].status is Status.PASSED]
     baselines = run.baselines(passed, report) if passed else {}
     traces = []
@@ -322,6 +322,24 @@ def _reject_forged_prints(run: RoleRun) -> dict[str, WorkloadResult]:
     return {uuid: result if result.status is not Status.PASSED else
             replace(result, status=Status.REWARD_HACK, message=evidence, correctness=None)
             for uuid, result in run.results.items()}
+
+
+def disqualify(results: dict[str, WorkloadResult]) -> dict[str, WorkloadResult]:
+    """A solution caught cheating on any workload is a REWARD_HACK on every workload, earlier
+    ones included: a cheat that starts after N calls must not keep the verdicts it won before."""
+    caught = next(((uuid, r) for uuid, r in results.items()
+                   if r.status is Status.REWARD_HACK and not r.message.startswith(_UNEVALUATED)),
+                  None)
+    if caught is None:
+        return results
+    uuid, hack = caught
+    evidence = f"disqualified: caught cheating on workload {uuid}: {hack.message}"
+    return {key: result if result.status is Status.REWARD_HACK else
+            replace(result, status=Status.REWARD_HACK, message=evidence, correctness=None)
+            for key, result in results.items()}
+
+
+_UNEVALUATED = "not evaluated"
 
 
 def select_workloads(problem: Problem, config: EvalConfig,

@@ -1,21 +1,29 @@
 """Checks that run inside the candidate's process, after its import and after every call.
 
-They catch what a candidate does to the process it shares with the harness:
+The worker belongs to the candidate from its first import, so nothing here decides a verdict
+alone: inputs come from the driver, outputs go to the driver the moment a call returns, and the
+driver recomputes every statistic. These checks catch what a candidate does to the process it
+shares with the harness, so that it cannot see or change the harness's work between calls:
 - monkey-patching: every callable of the timing, channel, guards and worker modules (and of the
-  classes they define), of `time`, `builtins`, `torch`, `torch.cuda`, the profiler modules, and
-  of the classes the measurement relies on (`torch.Tensor`, `torch.cuda.Event`,
-  `torch.cuda.CUDAGraph`, the profiler's classes) is snapshotted before the candidate is imported
-  and compared by identity (`is`, so a freed and reused id cannot fool it); so are `sys.modules`
-  entries and the trace/profile hooks;
-- background threads: a Python thread the candidate started that is still alive (compared by
-  identity, not by count), and native threads beyond those alive after the first call (JIT
-  compilers and OpenMP pools start theirs then). Threads that library code starts (torch.compile's
-  compile pool, Triton's compiler) are told apart by who called `Thread.start`: the harness wraps
-  it before the candidate is imported, and the wrapper is among the watched identities;
-- forked processes: an `os.fork` (a copy of the candidate computing outside the timed window) is
-  flagged through `os.register_at_fork`; any child process still alive after a call is flagged
-  too. Short-lived subprocesses that have exited (a compiler Triton runs) are fine. The worker is
-  made a child subreaper, so a double-forked daemon re-parents to it and stays visible;
+  classes they define), of `time`, `os`, `builtins`, `torch`, the profiler modules and the
+  stdlib modules the channel uses, and of the classes the measurement relies on, is snapshotted
+  before the candidate is imported and compared by identity (`is`); so are `sys.modules`
+  entries, the trace/profile hooks, and the instance state of the harness's own objects (a
+  guard hook set to None, a wrapped `send`, a swapped record);
+- hooks that see the harness's tensors: PyTorch dispatcher entries of the ops the harness runs
+  (a `torch.library` kernel that replaces `copy_` or the random-number kernels, bit for bit the
+  same numbers), Python kernels on those ops, the TorchFunctionMode and TorchDispatchMode stacks,
+  `sys.monitoring` tools, and audit hooks (a hook of the harness, added first, sees every later
+  `sys.addaudithook`);
+- work after the call returned: the CPU time of every Python thread (the candidate's, the
+  libraries') between a call's return and the next check, through each thread's own CPU clock.
+  A thread is a cheat only when it works after the call returned, not because it exists: an
+  idle pool, a thread blocked in `queue.get`, tqdm's monitor or an OpenMP team pass. Native
+  threads (OpenMP teams spin for a while after a parallel region) are judged by their effect:
+  the driver holds the outputs from the moment the call returned;
+- forked processes: an `os.fork` is flagged through `os.register_at_fork`; any child process
+  still alive after a call is flagged too. The worker is made a child subreaper, so a
+  double-forked daemon re-parents to it and stays visible;
 - the current CUDA stream left switched to a side stream.
 Each finding is a `Violation`, reported as REWARD_HACK with the evidence.
 """
@@ -39,15 +47,32 @@ from typing import Any
 import torch
 
 WATCHED_MODULES = (
-    "time", "builtins", "torch", "torch.cuda", "torch.profiler", "torch.autograd.profiler",
-    "solforge.measure.timing", "solforge.measure.clocks", "solforge.harness.channel",
-    "solforge.harness.guards", "solforge.harness.worker", "solforge.problem.inputs",
-    "solforge.problem.outputs",
+    "time", "os", "io", "select", "struct", "json", "hmac", "hashlib", "builtins", "threading",
+    "torch", "torch.cuda", "torch.profiler", "torch.autograd.profiler", "torch.library",
+    "torch.overrides", "solforge.measure.timing", "solforge.measure.clocks",
+    "solforge.harness.channel", "solforge.harness.guards", "solforge.harness.worker",
+    "solforge.harness.protocol", "solforge.problem.outputs",
+)
+# The aten ops the worker runs on inputs and outputs (receive, copy to the device, poison,
+# compare, hand over) and the random-number kernels: a kernel registered over one of them sees
+# every tensor the harness moves through it.
+WATCHED_OPS = (
+    "aten::copy_", "aten::_to_copy", "aten::to.dtype_layout", "aten::clone",
+    "aten::contiguous", "aten::empty.memory_format", "aten::empty_strided", "aten::fill_.Scalar",
+    "aten::view", "aten::view.dtype", "aten::reshape", "aten::detach", "aten::alias",
+    "aten::as_strided", "aten::set_.source_Storage_storage_offset", "aten::equal",
+    "aten::_local_scalar_dense", "aten::normal_", "aten::uniform_", "aten::random_",
+    "aten::randn", "aten::rand", "aten::randint", "aten::randperm", "aten::bernoulli_",
+    "aten::exponential_", "aten::sum", "aten::amax",
 )
 _PR_SET_CHILD_SUBREAPER = 36
 # Threads started from these packages belong to the libraries, not to the candidate.
 LIBRARY_PACKAGES = ("torch", "triton")
 _STDLIB = sysconfig.get_paths()["stdlib"]
+# CPU time a thread may spend between a call's return and the next check: waking up to find
+# an empty queue costs microseconds; doing a kernel's work costs far more.
+IDLE_CPU_S = 0.002
+_AUDITED = ("sys.addaudithook", "sys.monitoring.register_callback")
 
 
 @dataclass(frozen=True)
@@ -58,12 +83,13 @@ class Violation:
 def _watched_classes() -> dict[str, type]:
     from torch.autograd.profiler import record_function
     from torch.profiler import profile
+    from torch.utils._device import DeviceContext
 
     return {"torch.Tensor": torch.Tensor, "torch._C.TensorBase": torch._C.TensorBase,
             "torch.cuda.Event": torch.cuda.Event,
             "torch.cuda.Stream": torch.cuda.Stream, "torch.cuda.CUDAGraph": torch.cuda.CUDAGraph,
             "torch.profiler.profile": profile, "record_function": record_function,
-            "threading.Thread": threading.Thread}
+            "threading.Thread": threading.Thread, "DeviceContext": DeviceContext}
 
 
 class IdentitySnapshot:
@@ -72,6 +98,7 @@ class IdentitySnapshot:
     def __init__(self, module_names: Iterable[str] = WATCHED_MODULES) -> None:
         self.modules = {name: importlib.import_module(name) for name in module_names}
         self.bindings: dict[str, tuple[Any, str, Any]] = {}
+        self.pinned: dict[str, tuple[Any, dict[str, Any]]] = {}
         for name, module in self.modules.items():
             self._take(name, module)
         for name, cls in _watched_classes().items():
@@ -85,14 +112,25 @@ class IdentitySnapshot:
             if isinstance(owner, ModuleType) and _defined_by_harness(value, owner):
                 self._take(f"{label}.{attribute}", value)  # the harness's own classes' methods
 
+    def pin(self, label: str, instance: object, mutable: Iterable[str] = ()) -> None:
+        """Watch an object of the harness: every attribute but `mutable` (counters) must keep
+        its identity, and none may be added or removed."""
+        state = {k: v for k, v in vars(instance).items() if k not in set(mutable)}
+        self.pinned[label] = (instance, state, frozenset(mutable))
+
     def changed(self) -> list[str]:
-        """Names now bound to another object (or gone), modules swapped, trace hooks set."""
+        """Names now bound to another object (or gone), modules swapped, trace hooks set,
+        harness objects altered."""
         found = [label for label, (owner, attribute, value) in self.bindings.items()
                  if vars(owner).get(attribute, _MISSING) is not value]
         found += [f"sys.modules[{name!r}]" for name, module in self.modules.items()
                   if sys.modules.get(name) is not module]
         if _trace_hooks() != self.trace_hooks:
             found.append("sys.settrace/sys.setprofile/threading hooks")
+        for label, (instance, state, mutable) in self.pinned.items():
+            now = {k: v for k, v in vars(instance).items() if k not in mutable}
+            found += [f"{label}.{k}" for k in state.keys() | now.keys()
+                      if now.get(k, _MISSING) is not state.get(k, _MISSING)]
         return found
 
 
@@ -106,6 +144,89 @@ def _defined_by_harness(value: Any, module: ModuleType) -> bool:
 
 def _trace_hooks() -> tuple[Any, ...]:
     return (sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile())
+
+
+class HookSnapshot:
+    """What can see the harness's tensors without replacing a Python name: dispatcher kernels,
+    Python kernels and mode stacks of PyTorch, `sys.monitoring` tools."""
+
+    def __init__(self, ops: Iterable[str] = WATCHED_OPS) -> None:
+        self.ops = tuple(op for op in ops if _dispatch_dump(op) is not None)
+        self.state = self.take()
+
+    def take(self) -> dict[str, Any]:
+        state: dict[str, Any] = {op: _dispatch_dump(op) for op in self.ops}
+        state |= {f"python kernels of {op}": _python_kernels(op) for op in self.ops}
+        state["TorchFunctionMode stack"] = _function_modes()
+        state["TorchDispatchMode stack"] = _dispatch_stack_length()
+        state["sys.monitoring tools"] = _monitoring_tools()
+        return state
+
+    def changed(self) -> list[str]:
+        now = self.take()
+        return [name for name, value in now.items() if value != self.state.get(name)]
+
+
+def _dispatch_dump(op: str) -> str | None:
+    try:
+        return torch._C._dispatch_dump(op)
+    except RuntimeError:
+        return None  # no such overload in this PyTorch
+
+
+def _python_kernels(op: str) -> tuple[str, ...]:
+    """Python kernels registered on the op's overload (`py_impl`), by dispatch key."""
+    name, _, overload = op.removeprefix("aten::").partition(".")
+    try:
+        packet = getattr(torch.ops.aten, name)
+        handle = getattr(packet, overload or "default")
+    except (AttributeError, RuntimeError):
+        return ()
+    kernels = getattr(handle, "py_kernels", {})
+    return tuple(sorted(f"{key}={id(fn)}" for key, fn in kernels.items()))
+
+
+def _function_modes() -> tuple[str, ...]:
+    """The active TorchFunctionModes but `torch.set_default_device`'s own (exactly its class,
+    whose methods are watched like the harness's): that one only fills in a device."""
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+
+    return tuple(type(mode).__qualname__ for mode in _get_current_function_mode_stack()
+                 if type(mode) is not DeviceContext)
+
+
+def _dispatch_stack_length() -> int:
+    length = getattr(torch._C, "_len_torch_dispatch_stack", None)
+    return length() if length is not None else 0
+
+
+def _monitoring_tools() -> tuple[Any, ...]:
+    monitoring = getattr(sys, "monitoring", None)  # Python 3.12 and later
+    if monitoring is None:
+        return ()
+    return tuple((monitoring.get_tool(i), monitoring.get_events(i)) for i in range(6))
+
+
+class AuditWatch:
+    """An audit hook of the harness, added before the candidate exists (hooks cannot be
+    removed, and each later `sys.addaudithook` is announced to the earlier ones): counts the
+    events by which code installs a hook that can watch the harness."""
+
+    def __init__(self) -> None:
+        counts = {event: 0 for event in _AUDITED}
+
+        def hook(event: str, args: tuple) -> None:
+            if event in counts:
+                counts[event] += 1
+
+        sys.addaudithook(hook)
+        self._counts = counts
+        self.seen = dict(counts)
+
+    def changed(self) -> list[str]:
+        return [f"{event} ({self._counts[event] - self.seen[event]} time(s))"
+                for event in _AUDITED if self._counts[event] != self.seen[event]]
 
 
 class ForkCounter:
@@ -148,20 +269,16 @@ def live_children(pid: int | None = None) -> list[int]:
     return children
 
 
-def native_thread_count() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
-
-
 class ThreadOrigins:
-    """Remembers which threads library code started, by wrapping `threading.Thread.start`."""
+    """Remembers who started each Python thread, by wrapping `threading.Thread.start`, and the
+    CPU time each thread had used when it ended (a thread that works after a call returned and
+    exits before the next check is still seen)."""
 
     def __init__(self) -> None:
         self.library: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
         self.starter: weakref.WeakKeyDictionary[threading.Thread, str] = (
             weakref.WeakKeyDictionary())
+        self.ended: dict[int, tuple[str, float]] = {}  # native id -> (name, CPU seconds)
         original = threading.Thread.start
         origins = self
 
@@ -170,6 +287,15 @@ class ThreadOrigins:
             origins.starter[thread] = module
             if module.split(".", 1)[0] in LIBRARY_PACKAGES:
                 origins.library.add(thread)
+            run = thread.run
+
+            def counted_run() -> None:
+                try:
+                    run()
+                finally:
+                    origins.ended[threading.get_native_id()] = (thread.name, time.thread_time())
+
+            thread.run = counted_run
             original(thread)
 
         threading.Thread.start = start
@@ -185,54 +311,106 @@ def _starting_module(frame) -> str:
     return "?"
 
 
+def thread_cpu_seconds(thread: threading.Thread) -> float | None:
+    """The CPU time `thread` has used (its own clock; None when it has ended)."""
+    if thread.ident is None or not thread.is_alive():
+        return None
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+    except (OSError, ValueError):
+        return None
+
+
+class WorkAfterReturn:
+    """The CPU time of every other Python thread when a call returned, to find threads that
+    worked after it: a late write, or work moved out of the timed call."""
+
+    def __init__(self, origins: ThreadOrigins) -> None:
+        self.origins = origins
+        self.at_return: dict[threading.Thread, float] = {}
+        self.returned: float | None = None
+
+    def mark(self) -> None:
+        """Right after a call returned (and its device work was waited for)."""
+        me = threading.current_thread()
+        self.origins.ended.clear()
+        self.at_return = {t: cpu for t in threading.enumerate()
+                          if t is not me and (cpu := thread_cpu_seconds(t)) is not None}
+        self.returned = time.monotonic()
+
+    def busy(self, allowance_s: float = IDLE_CPU_S) -> list[str]:
+        """Threads that used more than `allowance_s` of CPU since the last `mark`."""
+        if self.returned is None:
+            return []
+        me = threading.current_thread()
+        found = []
+        for thread in threading.enumerate():
+            if thread is me:
+                continue
+            now = thread_cpu_seconds(thread)
+            used = (now or 0.0) - self.at_return.get(thread, 0.0)
+            if now is not None and used > allowance_s:
+                found.append(self._describe(thread.name, thread, used))
+        at_return_by_id = {t.native_id: cpu for t, cpu in self.at_return.items()}
+        for native_id, (name, cpu) in self.origins.ended.items():
+            used = cpu - at_return_by_id.get(native_id, 0.0)
+            if used > allowance_s:
+                found.append(self._describe(name, None, used) + " and ended")
+        return found
+
+    def _describe(self, name: str, thread: threading.Thread | None, used: float) -> str:
+        starter = self.origins.starter.get(thread, "?") if thread is not None else "?"
+        return f"{name} (started from {starter}) used {used * 1e3:.1f} ms of CPU"
+
+
 class Guards:
     """Everything a call must leave as it found it. Built before the candidate is imported."""
 
     def __init__(self, device: torch.device) -> None:
         become_subreaper()
         self.device = device
+        self.audit = AuditWatch()  # first: it sees every hook added after it
         self.thread_origins = ThreadOrigins()  # before the snapshot: its wrapper is watched too
         self.identities = IdentitySnapshot()
+        self.hooks = HookSnapshot()
         self._changed = self.identities.changed  # bound now: patching the class later is seen
+        self._hooks_changed = self.hooks.changed
         self.forks = ForkCounter()
-        self.python_threads = set(threading.enumerate())
-        self.native_threads: int | None = None
+        self.after_return = WorkAfterReturn(self.thread_origins)
         self.stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
 
-    def settle_native_threads(self) -> None:
-        """Take the native thread count as the baseline (after the first call's JIT)."""
-        self.native_threads = native_thread_count()
+    def pin(self, label: str, instance: object, mutable: Iterable[str] = ()) -> None:
+        self.identities.pin(label, instance, mutable)
 
-    def check(self) -> list[Violation]:
+    def returned(self) -> None:
+        """A call has just returned: from now on, other threads should be idle."""
+        self.after_return.mark()
+
+    def check(self, children: bool = True) -> list[Violation]:
+        """Every violation since the snapshot; `children` also scans /proc for child
+        processes (tens of milliseconds on a busy machine: not between timed calls)."""
         found = []
         changed = self._changed()
         if changed:
             found.append(Violation(f"replaced harness or timing functions: "
                                    f"{', '.join(changed[:8])}"))
+        hooks = self._hooks_changed() + self.audit.changed()
+        if hooks:
+            found.append(Violation(f"installed hooks that see the harness's tensors: "
+                                   f"{', '.join(hooks[:8])}"))
         if self.forks.count:
             found.append(Violation(f"called os.fork {self.forks.count} time(s): a forked copy "
                                    "can compute outside the timed window"))
-        found += self._thread_violations()
-        children = _wait_for_exit(live_children(), seconds=0.5)
+        busy = self.after_return.busy()
+        if busy:
+            found.append(Violation(f"background thread(s) did work after the call returned: "
+                                   f"{'; '.join(busy[:5])}"))
         if children:
-            found.append(Violation(f"left child processes running (pids {children[:5]})"))
+            pids = _wait_for_exit(live_children(), seconds=0.5)
+            if pids:
+                found.append(Violation(f"left child processes running (pids {pids[:5]})"))
         if self.stream is not None and torch.cuda.current_stream(self.device) != self.stream:
             found.append(Violation("left a side stream as the current CUDA stream"))
-        return found
-
-    def _thread_violations(self) -> list[Violation]:
-        found = []
-        extra = [t for t in threading.enumerate() if t not in self.python_threads
-                 and t not in self.thread_origins.library and t.is_alive()]
-        if extra:
-            starters = self.thread_origins.starter
-            names = ", ".join(f"{t.name} from {starters.get(t, '?')}" for t in extra[:5])
-            found.append(Violation(f"left {len(extra)} background Python thread(s) running "
-                                   f"({names})"))
-        native = native_thread_count()
-        if self.native_threads is not None and native > self.native_threads:
-            found.append(Violation(f"started native threads: {native} now, "
-                                   f"{self.native_threads} after the first call"))
         return found
 
 
@@ -243,4 +421,3 @@ def _wait_for_exit(pids: list[int], seconds: float) -> list[int]:
         time.sleep(0.05)
         pids = [p for p in pids if p in live_children()]
     return pids
-

@@ -1,20 +1,25 @@
-"""The driver's verdict on one workload: lead the worker through the protocol and compare every
-output it returns with the reference the driver computes itself.
+"""The driver's verdict on one workload: lead the worker through the protocol, hand it every
+input, take every output the moment its call returns, and compare with the reference the
+driver computes itself.
 
 A workload is PASSED only when every step is there: one output per correctness round, each
-within tolerance; one seed request per warm-up and timed call, in order; a timing with one time
-per timed call; and every re-checked timed output, within tolerance. Anything missing or out of
-order is not a pass. The timed calls to re-check are drawn after the timed loop has ended, with
-a random generator the worker cannot see; a timed output that is wrong although the rounds were
-right is a REWARD_HACK (the candidate behaved differently when timed: cached, skipped or
-deferred its work).
+within tolerance; one output per warm-up and timed call, in order; a timing with one raw time
+per timed call; and every timed output the driver chose to compare, within tolerance. Anything
+missing or out of order is not a pass. The timed calls to compare are drawn before the loop, in
+the driver, with a random generator the worker cannot see, and the worker is never told which
+they were: it hands over every output alike, and a timed output that is wrong although the
+rounds were right is a REWARD_HACK (the candidate behaved differently when timed: cached,
+skipped or deferred its work). The driver recomputes median, min, max and spread from the raw
+times, and holds each time to the wall-clock bracket it saw around the call (from sending its
+inputs to receiving its outputs): a call cannot take longer than the time it was given.
 """
 
 from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -22,13 +27,19 @@ import torch
 from solforge.data.dtypes import storage_shape
 from solforge.data.trace import Correctness, Status, parse_status
 from solforge.data.workload import Workload
-from solforge.harness import protocol
+from solforge.harness import handover, protocol
 from solforge.harness.compare import Comparison, compare_outputs, worst_of
+from solforge.harness.handover import SharedInputs
 from solforge.harness.oracle import ReferenceFailure, ReferenceOracle
 from solforge.harness.seeds import CALL, ROUND, SeedPlan
 from solforge.harness.session import WorkerLost, WorkerSession
+from solforge.measure.timing import METHODS, Timing, TimingError, summarize
+from solforge.problem.reference import describe_exception
 
 _RANDOM = secrets.SystemRandom()
+# Slack on the wall-clock bracket: the profiler's clock and the driver's are different clocks.
+BRACKET_SLACK = 1.01
+BRACKET_SLACK_MS = 0.05
 
 
 @dataclass(frozen=True)
@@ -37,7 +48,7 @@ class WorkloadResult:
     status: Status
     message: str = ""
     correctness: Correctness | None = None
-    timing: dict[str, Any] | None = None  # the worker's TIMING frame
+    timing: dict[str, Any] | None = None  # the driver's statistics of the worker's raw times
     first_call_ms: float | None = None
     verified: tuple[int, ...] = ()
     fatal: bool = False  # the worker cannot go on (it exits)
@@ -51,7 +62,15 @@ class Plan:
     rounds: int
     warmup: int
     iterations: int
-    verify: int  # timed outputs re-checked per workload
+    verify: int  # timed outputs compared per workload
+
+
+class InputFailure(Exception):
+    """The problem's own input generation failed in the driver: INVALID_REFERENCE."""
+
+
+class ForgedTiming(Exception):
+    """Raw times that cannot have been measured: the worker's timing records were forged."""
 
 
 class WorkerFailure(Exception):
@@ -67,6 +86,9 @@ class Judge:
         self.oracle = oracle
         self.plan = plan
         self.timeout_s = timeout_s
+        self.shared: SharedInputs | None = None
+        self.probed = oracle.device.type != "cuda"  # IPC is for device tensors only
+        self.probe_note = ""
 
     def judge(self, workload: Workload) -> WorkloadResult:
         """The verdict; raises WorkerLost when the worker stops answering."""
@@ -74,74 +96,105 @@ class Judge:
         self.workload = workload
         self.max_payload = _output_bytes(self.oracle, workload)
         try:
+            if not self.probed:
+                self._probe()
             return self._judge()
         except WorkerFailure as failure:
             meta = failure.meta
             return WorkloadResult(workload.uuid, parse_status(meta.get("status")),
                                   str(meta.get("message", "")), fatal=bool(meta.get("fatal")))
+        except InputFailure as failure:  # the worker waits for inputs that will not come
+            return WorkloadResult(workload.uuid, Status.INVALID_REFERENCE, str(failure),
+                                  fatal=True)
 
     def _judge(self) -> WorkloadResult:
         uuid = self.workload.uuid
-        round_seeds = [self.plan.seeds.seed(uuid, ROUND, r) for r in range(self.plan.rounds)]
-        self.session.send(protocol.START, {"workload": uuid, "round_seeds": round_seeds})
+        self.session.send(protocol.START, {"workload": uuid, "rounds": self.plan.rounds})
         worst: Correctness | None = None
         failed: Comparison | None = None
-        for number, seed in enumerate(round_seeds):
+        for number in range(self.plan.rounds):
+            seed = self.plan.seeds.seed(uuid, ROUND, number)
+            self._hand_over(protocol.ROUND_PHASE, number, seed)
             frame = self._expect(protocol.ROUND)
             self._require(frame.meta.get("round") == number, f"round {number} missing")
             if failed is None:
                 verdict = self._compare(frame.values, seed)
                 failed = None if verdict.passed else verdict
                 worst = worst_of(worst, verdict.correctness)
+            else:
+                self.oracle.forget(self.workload, seed)
         first_call_ms = self._expect(protocol.ROUNDS_DONE).meta.get("first_call_ms")
         if failed is not None:
             self.session.send(protocol.SKIP)
+            self._expect(protocol.SKIPPED)  # or the FAILURE of a late write
             return WorkloadResult(uuid, failed.status, failed.message, failed.correctness)
         self.session.send(protocol.TIME)
-        timing = self._serve_seeds()
-        return self._verify_timed(worst, timing, first_call_ms)
+        return self._timed(worst, first_call_ms)
 
-    def _serve_seeds(self) -> dict[str, Any]:
-        """Answer each seed request, in order; the TIMING frame ends the loop."""
-        total = self.plan.warmup + self.plan.iterations
-        served = 0
-        while True:
-            frame = self._expect(protocol.SEED_REQUEST, protocol.TIMING)
-            if frame.kind == protocol.TIMING:
-                break
-            self._require(frame.meta.get("iteration") == served and served < total,
-                          f"seed request {frame.meta.get('iteration')!r} out of order")
-            seed = self.plan.seeds.seed(self.workload.uuid, CALL, served)
-            self.session.send(protocol.SEED, {"seed": seed})
-            served += 1
-        self._require(served == total, f"{served} of {total} calls were run")
-        times = frame.meta.get("times_ms")
-        self._require(isinstance(times, list) and len(times) == self.plan.iterations
-                      and all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0
-                              for t in times), "the timing is incomplete")
-        return frame.meta
+    def _probe(self) -> None:
+        """Once per worker on a GPU: hand over inputs through CUDA IPC if the worker can map a
+        shared tensor, else as bytes."""
+        self.probed = True
+        try:
+            shared = SharedInputs(self.oracle.device)
+            values, descriptions = shared.share([handover.probe_value(self.oracle.device)])
+        except Exception as exc:  # no IPC in this driver
+            self.probe_note = f"CUDA IPC unavailable in the driver: {exc}"
+            return
+        self.session.send(protocol.PROBE, {"shared": descriptions}, values)
+        frame = self.session.receive(self.deadline, 0, "the worker did not answer the probe")
+        if frame.kind == protocol.FAILURE:
+            raise WorkerFailure(frame.meta)
+        self._require(frame.kind == protocol.PROBED, f"expected probed, got {frame.kind}")
+        if frame.meta.get("sum") == handover.PROBE_SUM:
+            self.shared = shared
+        else:
+            self.probe_note = f"CUDA IPC failed in the worker: {frame.meta.get('error')}"
+        shared.release()
 
-    def _verify_timed(self, worst: Correctness | None, timing: dict[str, Any],
-                      first_call_ms: float | None) -> WorkloadResult:
+    def _hand_over(self, phase: str, index: int, seed: int) -> float:
+        """Send the inputs of one call (through CUDA IPC on a GPU, as bytes otherwise); the
+        moment they left."""
+        try:
+            inputs = self.oracle.inputs(self.workload, seed)
+        except Exception as exc:
+            raise InputFailure(f"making the inputs of {phase} {index} failed: "
+                               f"{describe_exception(exc)}") from None
+        meta = {"workload": self.workload.uuid, "phase": phase, "index": index}
+        if self.shared is not None:
+            inputs, meta["shared"] = self.shared.share(inputs)
+        self.session.send(protocol.INPUTS, meta, inputs)
+        return time.monotonic()
+
+    def _timed(self, worst: Correctness | None, first_call_ms: float | None) -> WorkloadResult:
+        """Hand over each call's inputs, take its outputs, compare the secretly chosen ones."""
         uuid = self.workload.uuid
         total = self.plan.warmup + self.plan.iterations
-        chosen = sorted(_RANDOM.sample(range(total), min(self.plan.verify, total)))
-        self.session.send(protocol.VERIFY, {"iterations": chosen})
+        chosen = set(_RANDOM.sample(range(total), min(self.plan.verify, total)))
+        brackets_ms = []
         failed: Comparison | None = None
-        for iteration in chosen:
-            frame = self._expect(protocol.TIMED_OUTPUT)
-            self._require(frame.meta.get("iteration") == iteration,
-                          f"timed output {iteration} missing")
-            if failed is None:
-                seed = self.plan.seeds.seed(uuid, CALL, iteration)
+        for i in range(total):
+            seed = self.plan.seeds.seed(uuid, CALL, i)
+            sent = self._hand_over(protocol.CALL_PHASE, i, seed)
+            frame = self._expect(protocol.CALL_OUTPUT)
+            brackets_ms.append((time.monotonic() - sent) * 1e3)
+            self._require(frame.meta.get("iteration") == i, f"output of call {i} missing")
+            if i not in chosen:
+                self.oracle.forget(self.workload, seed)
+            elif failed is None:
                 verdict = self._compare(frame.values, seed)
                 if not verdict.passed:
-                    failed = _timed_failure(verdict, iteration)
+                    failed = _timed_failure(verdict, i)
+        meta = self._expect(protocol.TIMING).meta
         self._expect(protocol.WORKLOAD_DONE)
         if failed is not None:
             return WorkloadResult(uuid, failed.status, failed.message, failed.correctness)
-        return WorkloadResult(uuid, Status.PASSED, "", worst, timing, first_call_ms,
-                              tuple(chosen))
+        try:
+            timing = recompute_timing(meta, brackets_ms[self.plan.warmup:])
+        except ForgedTiming as exc:
+            return WorkloadResult(uuid, Status.REWARD_HACK, str(exc))
+        return WorkloadResult(uuid, Status.PASSED, "", worst, asdict(timing), first_call_ms,
+                              tuple(sorted(chosen)))
 
     def _compare(self, values: list[Any], seed: int) -> Comparison:
         try:
@@ -164,6 +217,41 @@ class Judge:
     def _require(self, condition: bool, what: str) -> None:
         if not condition:
             raise WorkerLost(Status.RUNTIME_ERROR, f"protocol broken: {what}")
+
+
+def recompute_timing(meta: dict[str, Any], brackets_ms: list[float]) -> Timing:
+    """The statistics of the worker's raw times, computed here; each time held to the driver's
+    wall-clock bracket of its call. Raises WorkerLost for a malformed record, ForgedTiming for
+    one that cannot have been measured."""
+    times = meta.get("times_ms")
+    method = meta.get("method")
+    if (method not in METHODS or not isinstance(times, list) or len(times) != len(brackets_ms)
+            or not all(_is_number(t) and t >= 0 for t in times)):
+        raise WorkerLost(Status.RUNTIME_ERROR, "protocol broken: the timing is incomplete")
+    for k, (reported, bracket) in enumerate(zip(times, brackets_ms)):
+        if reported > bracket * BRACKET_SLACK + BRACKET_SLACK_MS:
+            raise ForgedTiming(f"timed call {k} reported {reported:.4g} ms, longer than the "
+                               f"{bracket:.4g} ms the driver saw between handing over its "
+                               f"inputs and receiving its outputs: forged timing records, or "
+                               f"device work launched after the call returned")
+    kernels = meta.get("kernels_per_iteration")
+    try:
+        return summarize(method, times, _clock_range(meta.get("sm_clock_mhz")),
+                         _clock_range(meta.get("mem_clock_mhz")),
+                         float(kernels) if _is_number(kernels) else None)
+    except TimingError as exc:
+        raise WorkerLost(Status.RUNTIME_ERROR, f"protocol broken: {exc}") from None
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _clock_range(value: Any) -> tuple[float, float] | None:
+    if isinstance(value, list) and len(value) == 2 and all(_is_number(v) for v in value):
+        return float(value[0]), float(value[1])
+    return None
 
 
 def _timed_failure(verdict: Comparison, iteration: int) -> Comparison:

@@ -1,13 +1,17 @@
-"""The reference outputs, computed by the trusted driver on its own inputs.
+"""The inputs and the reference outputs, made by the trusted driver in its own process.
 
-The candidate's process never holds an expected output: the driver regenerates the inputs of a
-round (or of a timed call) from the seed it handed out, runs the definition's reference on them
-in its own process, and compares. Mutating inputs, reading the reference through `gc`, or
-getting the reference's freed output back from the caching allocator therefore find nothing.
+The driver generates every input (the worker only receives them, call by call), runs the
+definition's reference on its own copy, and compares. The candidate's process never holds an
+expected output, and never runs the generator: mutating inputs, reading the reference through
+`gc`, getting the reference's freed output back from the caching allocator, or hooking the
+random-number kernels therefore find nothing. Each seed's inputs are made once and kept until
+its reference is computed (or dropped, for a timed call that is not compared); each seed's
+reference is computed once and cached.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -23,22 +27,54 @@ class ReferenceFailure(Exception):
     """The reference raised or returned the wrong outputs: INVALID_REFERENCE."""
 
 
+_KEPT_REFERENCES = 4
+
+
 class ReferenceOracle:
     def __init__(self, problem: Problem, device: torch.device) -> None:
         self.problem = problem
         self.device = device
         self.module = load_reference_module(problem.definition,
                                             problem.root / "definition.json")
+        self._inputs: dict[tuple[str, int], list[Any]] = {}
+        self._expected: OrderedDict[tuple[str, int], list[Any]] = OrderedDict()
+
+    def inputs(self, workload: Workload, seed: int) -> list[Any]:
+        """The inputs of `seed`, made now and kept for its reference until `expected` or
+        `forget` (the caller hands a copy to the worker)."""
+        key = (workload.uuid, seed)
+        if key not in self._inputs:
+            values = make_inputs(self.problem, workload, self.device, seed)
+            self._inputs[key] = list(values.values())
+        return self._inputs[key]
+
+    def forget(self, workload: Workload, seed: int) -> None:
+        """Drop the inputs of a seed whose outputs will not be compared."""
+        self._inputs.pop((workload.uuid, seed), None)
 
     def output_shapes(self, workload: Workload) -> dict[str, tuple[int, ...] | None]:
         axes = self.problem.axes(workload)
         return {n: tensor_shape(s, axes) for n, s in self.problem.definition.outputs.items()}
 
     def expected(self, workload: Workload, seed: int) -> list[Any]:
-        inputs = make_inputs(self.problem, workload, self.device, seed)
+        """The reference outputs at `seed`, computed once (on the inputs handed out)."""
+        key = (workload.uuid, seed)
+        if key in self._expected:
+            self._expected.move_to_end(key)
+            return self._expected[key]
+        inputs = self._inputs.pop(key, None)
+        if inputs is None:
+            inputs = list(make_inputs(self.problem, workload, self.device, seed).values())
+        values = self._run_reference(workload, inputs)
+        self._expected[key] = values
+        while len(self._expected) > _KEPT_REFERENCES:
+            self._expected.popitem(last=False)
+        return values
+
+    def _run_reference(self, workload: Workload, inputs: list[Any]) -> list[Any]:
         try:
             with torch.no_grad():
-                result = self.module.run(*inputs.values())
+                result = self.module.run(*inputs)
             values = as_output_list(result, self.problem.definition)
             check_outputs(values, self.problem.definition, self.output_shapes(workload))
         except OutputMismatch as exc:

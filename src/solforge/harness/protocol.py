@@ -6,19 +6,30 @@ The driver leads; the worker never holds the plan. First
     CONFIG {key, solution, ...}        ->
                                        <-     READY {import_seconds}
 
+then, once, on a GPU:
+
+    PROBE {shared}                     ->                 (can this worker map CUDA IPC?)
+                                       <-     PROBED {sum | error}
+
 then per workload:
 
-    START {workload, round seeds}      ->
-                                       <-     ROUND {round} + outputs        (one per round)
+    START {workload, rounds}           ->
+    INPUTS {round r} + inputs          ->                                    (per round)
+                                       <-     ROUND {round} + outputs
                                        <-     ROUNDS_DONE {first_call_ms}
     TIME (rounds correct) | SKIP       ->
-                                       <-     SEED_REQUEST {iteration}       (per iteration,
-    SEED {seed}                        ->      warm-up and timed alike)
-                                       <-     TIMING {times, clocks, ...}
-    VERIFY {iterations}                ->
-                                       <-     TIMED_OUTPUT {iteration} + outputs (each asked)
+                                       <-     SKIPPED (after SKIP: no late write was seen)
+    INPUTS {call i} + inputs           ->                                    (per call,
+                                       <-     CALL_OUTPUT {iteration i} + outputs  warm-up
+                                                                             and timed alike)
+                                       <-     TIMING {raw times, clocks}
                                        <-     WORKLOAD_DONE
     ... next workload ...; when none is left the driver kills the worker's process group.
+
+The driver makes every input and sends a call's inputs only after it holds the previous call's
+outputs, so the worker never holds the inputs of a call before that call starts, and never
+holds an output the driver has not already copied. The driver picks the timed calls it compares
+in secret, before the loop, and tells the worker nothing about them.
 
 At any point the worker may answer FAILURE {status, message, fatal} instead (a crash of the
 candidate, a guard violation, an output of the wrong type); `fatal` means the process cannot go
@@ -32,18 +43,23 @@ from dataclasses import asdict, dataclass
 
 CONFIG = "config"
 READY = "ready"
+PROBE = "probe"
+PROBED = "probed"
 START = "start"
+INPUTS = "inputs"
 ROUND = "round"
 ROUNDS_DONE = "rounds_done"
 TIME = "time"
 SKIP = "skip"
-SEED_REQUEST = "seed_request"
-SEED = "seed"
+SKIPPED = "skipped"
+CALL_OUTPUT = "call_output"
 TIMING = "timing"
-VERIFY = "verify"
-TIMED_OUTPUT = "timed_output"
 WORKLOAD_DONE = "workload_done"
 FAILURE = "failure"
+
+# The phases of INPUTS: a correctness round, or a call of the timed loop (warm-up included).
+ROUND_PHASE = "round"
+CALL_PHASE = "call"
 
 CANDIDATE = "candidate"
 REFERENCE_EAGER = "eager"

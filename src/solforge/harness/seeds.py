@@ -1,10 +1,9 @@
 """Input seeds: the public seed mixed with a secret drawn per run.
 
-A candidate cannot precompute answers for seeds it can read in a repository: every input it sees
-comes from sha256(secret, public seed, workload, phase, index), and the secret never enters its
-process. The driver hands out each seed only when the inputs are generated, one timed iteration
-at a time, so even a candidate that reads its own process's memory cannot see the inputs of a
-call before that call. Correctness rounds and timed calls use separate phases; warm-up and timed
+A candidate cannot precompute answers for seeds it can read in a repository: every input comes
+from sha256(secret, public seed, workload, phase, index), and neither the secret nor any seed
+enters its process: the driver makes the inputs itself and hands over each call's inputs only
+when that call starts. Correctness rounds and timed calls use separate phases; warm-up and timed
 calls share one ("call"), so nothing tells them apart.
 """
 

@@ -65,8 +65,8 @@ class WorkerSession:
         keyed = replace(config, key_hex=key.hex())
         self._guarded(FrameWriter(command_write, b"").send, protocol.CONFIG, keyed.to_dict())
 
-    def send(self, kind: str, meta: dict | None = None) -> None:
-        self._guarded(self.writer.send, kind, meta)
+    def send(self, kind: str, meta: dict | None = None, values: list | tuple = ()) -> None:
+        self._guarded(self.writer.send, kind, meta, values)
 
     def receive(self, deadline: float, max_payload: int, waiting_for: str) -> Frame:
         """The next frame; `waiting_for` names what a timeout interrupted."""

@@ -19,7 +19,10 @@ device-wide synchronize, a clock sample.
 How "kernel" assigns device work to iterations: the harness wraps its own setup and flush in
 profiler ranges named with a secret token; a device record belongs to the harness when the host
 op that launched it (the profiler's correlation link) ran on the harness thread inside such a
-range. The flush of iteration k is its marker on the device timeline. Every other record belongs
+range. The flush of iteration k is its marker on the device timeline. The harness opens exactly
+two setup ranges and one flush range per iteration; any other count means someone else used the
+name (it can be read from the harness's frames) to pass its own work off as the harness's, and
+the measurement is rejected as forged. Every other record belongs
 to the iteration whose marker started last before it, whichever stream or thread it came from:
 work a thread launches after its iteration's synchronize is charged to the iteration running
 when it starts, never dropped. Records that start before the first marker predate the
@@ -55,6 +58,10 @@ TORCH_OPS = ("cpu_op", "user_annotation")
 
 class TimingError(SolforgeError):
     """A measurement that could not be taken or cannot be trusted."""
+
+
+class ForgedRange(TimingError):
+    """A profiler range under the harness's secret name that the harness did not open."""
 
 
 @dataclass(frozen=True)
@@ -110,21 +117,25 @@ def l2_flush_buffer(l2_bytes: int, device: torch.device | str | int) -> torch.Te
 
 def time_iterations(run_iteration: Callable[[int], None], iterations: int, warmup: int,
                     method: str = "kernel", flush_bytes: int | None = None,
-                    before_iteration: Callable[[int], None] | None = None) -> Timing:
+                    before_iteration: Callable[[int], None] | None = None,
+                    after_iteration: Callable[[int], None] | None = None) -> Timing:
     """Time `iterations` calls after `warmup` untimed ones.
 
     `run_iteration(i)` and `before_iteration(i)` get i = 0 .. warmup + iterations - 1 (warm-up
     first), so every call can have its own inputs. `flush_bytes` is the size of the buffer
     written before each iteration: None means twice the device's L2 on CUDA and no flush on the
-    CPU; 0 means no flush (warm-cache timing).
+    CPU; 0 means no flush (warm-cache timing). `after_iteration(i)` runs right after call i's
+    time is taken (after its device-wide synchronize on the GPU): the harness hands the outputs
+    over there, the moment the call has returned.
     """
     if method not in METHODS:
         raise TimingError(f"unknown timing method {method!r} (methods: {', '.join(METHODS)})")
     if iterations < 1 or warmup < 0:
         raise TimingError(f"need iterations >= 1 and warmup >= 0, got {iterations}, {warmup}")
     before = before_iteration or _nothing
+    after = after_iteration or _nothing
     if method == "cpu":
-        return _time_cpu(run_iteration, before, iterations, warmup, flush_bytes)
+        return _time_cpu(run_iteration, before, after, iterations, warmup, flush_bytes)
     if not torch.cuda.is_available():
         raise TimingError(f"timing method {method!r} needs a CUDA device; use method='cpu'")
     device = torch.device("cuda", torch.cuda.current_device())
@@ -134,7 +145,8 @@ def time_iterations(run_iteration: Callable[[int], None], iterations: int, warmu
     buffer = _flush_buffer(max(flush_bytes, 4), device)
     sampler = ClockSampler(clock_reader(device))
     timers = {"kernel": _time_kernels, "events": _time_events, "graph": _time_graph}
-    times, kernels = timers[method](run_iteration, before, iterations, warmup, buffer, sampler)
+    times, kernels = timers[method](run_iteration, before, after, iterations, warmup, buffer,
+                                    sampler)
     return summarize(method, times, sampler.sm_range(), sampler.mem_range(), kernels)
 
 
@@ -159,8 +171,9 @@ def _flush(buffer: torch.Tensor, i: int) -> None:
     torch.amax(buffer[1])
 
 
-def _time_cpu(run: Callable[[int], None], before: Callable[[int], None], iterations: int,
-              warmup: int, flush_bytes: int | None) -> Timing:
+def _time_cpu(run: Callable[[int], None], before: Callable[[int], None],
+              after: Callable[[int], None], iterations: int, warmup: int,
+              flush_bytes: int | None) -> Timing:
     buffer = _flush_buffer(flush_bytes, "cpu") if flush_bytes else None
     times = []
     for i in range(warmup + iterations):
@@ -170,13 +183,14 @@ def _time_cpu(run: Callable[[int], None], before: Callable[[int], None], iterati
         start = time.perf_counter()
         run(i)
         elapsed_ms = (time.perf_counter() - start) * 1e3
+        after(i)
         if i >= warmup:
             times.append(elapsed_ms)
     return summarize("cpu", times)
 
 
-def _time_events(run: Callable[[int], None], before: Callable[[int], None], iterations: int,
-                 warmup: int, buffer: torch.Tensor,
+def _time_events(run: Callable[[int], None], before: Callable[[int], None],
+                 after: Callable[[int], None], iterations: int, warmup: int, buffer: torch.Tensor,
                  sampler: ClockSampler) -> tuple[list[float], None]:
     times = []
     for i in range(warmup + iterations):
@@ -190,14 +204,15 @@ def _time_events(run: Callable[[int], None], before: Callable[[int], None], iter
         torch.cuda.synchronize()  # side-stream work finishes before the end event
         end.record()
         end.synchronize()
+        after(i)
         if i >= warmup:
             times.append(start.elapsed_time(end))
         _sample_clocks(sampler, i, warmup, iterations)
     return times, None
 
 
-def _time_graph(run: Callable[[int], None], before: Callable[[int], None], iterations: int,
-                warmup: int, buffer: torch.Tensor,
+def _time_graph(run: Callable[[int], None], before: Callable[[int], None],
+                after: Callable[[int], None], iterations: int, warmup: int, buffer: torch.Tensor,
                 sampler: ClockSampler) -> tuple[list[float], None]:
     """Warm-up runs eagerly (compiles, creates handles); each timed iteration is captured into its
     own graph, with its own inputs, and replayed once."""
@@ -206,6 +221,7 @@ def _time_graph(run: Callable[[int], None], before: Callable[[int], None], itera
         _flush(buffer, i)
         run(i)
         torch.cuda.synchronize()
+        after(i)
     times = []
     for i in range(warmup, warmup + iterations):
         before(i)
@@ -218,6 +234,7 @@ def _time_graph(run: Callable[[int], None], before: Callable[[int], None], itera
         graph.replay()
         end.record()
         torch.cuda.synchronize()
+        after(i)
         times.append(start.elapsed_time(end))
         _sample_clocks(sampler, i, warmup, iterations)
     return times, None
@@ -240,8 +257,8 @@ def _capture(run: Callable[[int], None], i: int) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def _time_kernels(run: Callable[[int], None], before: Callable[[int], None], iterations: int,
-                  warmup: int, buffer: torch.Tensor,
+def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
+                  after: Callable[[int], None], iterations: int, warmup: int, buffer: torch.Tensor,
                   sampler: ClockSampler) -> tuple[list[float], float]:
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -258,15 +275,29 @@ def _time_kernels(run: Callable[[int], None], before: Callable[[int], None], ite
             torch.cuda.synchronize()
             run(i)
             torch.cuda.synchronize()
+            with record_function(setup_range):
+                after(i)
             _sample_clocks(sampler, i, warmup, iterations)
     events = prof.profiler.kineto_results.events()
     spans = [DeviceSpan(e.start_ns(), e.end_ns(), e.linked_correlation_id())
              for e in events if activity_of(e) in DEVICE_WORK]
     markers = host_ids_in_ranges(events, flush_range)
+    if len(markers) > total:
+        raise ForgedRange(f"the profiler recorded {len(markers)} harness flush ranges for "
+                          f"{total} iterations: something else opened a range under the "
+                          f"harness's secret name")
     if len(markers) != total:
         raise TimingError(f"the profiler recorded {len(markers)} flush ranges for {total} "
                           f"iterations")
-    harness = set().union(*host_ids_in_ranges(events, setup_range))
+    setups = host_ids_in_ranges(events, setup_range)
+    if len(setups) < 2 * total:
+        raise TimingError(f"the profiler recorded {len(setups)} harness setup ranges for "
+                          f"{2 * total}")
+    if len(setups) > 2 * total:
+        raise ForgedRange(f"the profiler recorded {len(setups)} harness setup ranges for "
+                          f"{2 * total}: something else opened a range under the harness's "
+                          f"secret name to hide its work from the timing")
+    harness = set().union(*setups)
     groups = split_iterations(spans, markers, harness)[warmup:]
     times = [window_ms(group) for group in groups]
     return times, sum(len(group) for group in groups) / len(groups)
