@@ -38,6 +38,7 @@ from solforge.harness.build import BuildFailure, build_solution
 from solforge.harness.environment import environment
 from solforge.harness.judge import Plan, WorkloadResult
 from solforge.harness.oracle import ReferenceOracle
+from solforge.harness.phases import phase
 from solforge.harness.runner import RoleRun, Runner
 from solforge.harness.seeds import SeedPlan, draw_secret
 from solforge.harness.session import Limits
@@ -104,8 +105,10 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig = EvalConf
     report = progress or _silent
     run = EvaluationRun(problem, config)
     report(f"{solution.name}: {len(run.workloads)} workloads on {run.device}")
+    run.prepare_workers(1 + bool(run.missing_baselines()))
     candidate = run.candidate(solution, report)
-    sols = {w.uuid: speed_of_light(problem, w, run.profile) for w in run.workloads}
+    with phase("sol"):
+        sols = {w.uuid: speed_of_light(problem, w, run.profile) for w in run.workloads}
     results = {uuid: run.hold_to_floor(result, sols[uuid])
                for uuid, result in _reject_forged_prints(candidate).items()}
     passed = [w for w in run.workloads if results[w.uuid].status is Status.PASSED]
@@ -132,6 +135,7 @@ def evaluate_reference(problem: Problem, kind: str, config: EvalConfig = EvalCon
     run = EvaluationRun(problem, config)
     name = reference_solution_name(kind)
     report(f"{name}: {len(run.workloads)} workloads on {run.device}")
+    run.prepare_workers(1)
     timed = run.time_reference(kind, run.workloads, report)
     own = {uuid: _median_if_passed(result) for uuid, result in timed.results.items()}
     eager_kind = protocol.REFERENCE_EAGER
@@ -166,10 +170,23 @@ class EvaluationRun:
                              self.timing_method, config.limits, config.max_restarts,
                              self.cache_dir)
 
+    def prepare_workers(self, count: int) -> None:
+        """Have `count` workers waiting now, so they import and initialise while the driver
+        builds and looks up (see pool.py); each is still used by one role only."""
+        self.runner.prepare_workers(count)
+
+    def missing_baselines(self) -> list[str]:
+        """The baseline kinds some workload has no stored time for (all, without reuse)."""
+        if not self.config.reuse_baselines:
+            return list(KINDS[self.config.baseline])
+        return [kind for kind in KINDS[self.config.baseline]
+                if any(t is None for t in self.cached_baselines(kind, self.workloads).values())]
+
     def candidate(self, solution: Solution, report: Progress) -> RoleRun:
         try:
-            build = build_solution(solution, self.cache_dir / "builds", self.device.type,
-                                   self.config.compile_timeout_s)
+            with phase("build"):
+                build = build_solution(solution, self.cache_dir / "builds", self.device.type,
+                                       self.config.compile_timeout_s)
         except BuildFailure as failure:
             results = {w.uuid: WorkloadResult(w.uuid, failure.status, failure.message)
                        for w in self.workloads}
@@ -200,6 +217,8 @@ class EvaluationRun:
         for kind in KINDS[self.config.baseline]:
             cached = self.cached_baselines(kind, workloads) if self.config.reuse_baselines else {}
             missing = [w for w in workloads if cached.get(w.uuid) is None]
+            if missing and kind != KINDS[self.config.baseline][-1]:
+                self.prepare_workers(2)  # the next kind's worker starts while this one times
             results = self.time_reference(kind, missing, report).results if missing else {}
             measured.update(results)
             for workload in workloads:
@@ -213,17 +232,20 @@ class EvaluationRun:
         """Time the reference as baseline `kind` in a fresh worker; cache every passing time."""
         report(f"timing the reference ({kind}) on {len(workloads)} workloads")
         plan = replace(self.plan, rounds=BASELINE_ROUNDS, verify=BASELINE_VERIFY)
-        run = self.runner.run(kind, None, None, plan, workloads, _silent)
-        cache = BaselineCache(self.cache_dir / "baselines.jsonl")
-        for workload in workloads:
-            median_ms = _median_if_passed(run.results[workload.uuid])
-            if median_ms is not None:
-                cache.put(*self._cache_key(workload, kind), median_ms=median_ms)
+        with phase(kind, group=True):
+            run = self.runner.run(kind, None, None, plan, workloads, _silent)
+        with phase("baseline_store"):
+            cache = BaselineCache(self.cache_dir / "baselines.jsonl")
+            for workload in workloads:
+                median_ms = _median_if_passed(run.results[workload.uuid])
+                if median_ms is not None:
+                    cache.put(*self._cache_key(workload, kind), median_ms=median_ms)
         return run
 
     def cached_baselines(self, kind: str, workloads: list[Workload]) -> dict[str, float | None]:
-        cache = BaselineCache(self.cache_dir / "baselines.jsonl")
-        return {w.uuid: cache.get(self._cache_key(w, kind)[0]) for w in workloads}
+        with phase("baseline_store"):
+            cache = BaselineCache(self.cache_dir / "baselines.jsonl")
+            return {w.uuid: cache.get(self._cache_key(w, kind)[0]) for w in workloads}
 
     def _cache_key(self, workload: Workload, kind: str) -> tuple[str, dict[str, object]]:
         return cache_key(self.problem, workload, kind, self._cache_context())

@@ -76,6 +76,7 @@ class Outcome:
     error: str | None = None  # a SolforgeError: bad problem, solution or configuration
     where: str = ""  # the slot it ran in, when only that process knows (a Ray node and GPU)
     seconds: float = 0.0  # wall time of the evaluation inside that process
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)  # harness/phases.py
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class TaskResult:
     error: str | None = None  # the unit could not run at all; no traces
     lost: str | None = None  # why the process died on the last attempt; traces are failures
     build_seconds: float | None = None  # the compile step, when it ran as its own task
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)  # where `seconds` went
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,7 @@ class TaskRunner(ABC):
         if end.outcome is not None:
             outcome = end.outcome
             return TaskResult(task, outcome.traces, attempt.number, end.slot, end.seconds,
-                              outcome.error, None, end.build_seconds)
+                              outcome.error, None, end.build_seconds, outcome.phases)
         reasons = "; ".join(f"attempt {number}: {reason}" for number, reason
                             in enumerate([*attempt.reasons, end.reason], start=1))
         message = f"the process evaluating this unit died on every attempt ({reasons})"

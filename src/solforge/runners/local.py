@@ -5,6 +5,11 @@ in CPU mode, one core. Each unit runs in a new interpreter (`python -m solforge.
 that lives as long as the unit: a crash, a leak or a kill -9 ends that process alone, its slot
 goes back to the pool and the unit is started again (see base.py). Inside, the harness starts
 the candidate's own worker process as it always does.
+
+Each slot keeps one spare unit process started ahead (`unit.py --wait`): while a unit runs, the
+next one's interpreter imports torch, initialises CUDA and pre-spawns its harness worker on the
+CPU, so the slot's next unit starts at once. A spare serves one unit, like a fresh process
+(`SOLFORGE_WORKER_POOL=0` turns spares off).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 
 from solforge.errors import SolforgeError
 from solforge.harness.evaluate import resolve_device
+from solforge.harness.pool import enabled as spares_enabled
 from solforge.harness.process import describe_exit, kill_group, python_command, python_env
 from solforge.runners.base import (
     DEFAULT_RETRIES,
@@ -34,6 +40,7 @@ from solforge.runners.base import (
     TaskRunner,
     describe_machine,
 )
+from solforge.runners.unit import SPAWNED_AT_ENV
 
 STOP_GRACE_S = 5.0  # after SIGTERM, a unit has this long to end its candidate's processes
 LOG_TAIL_CHARS = 2000
@@ -43,6 +50,15 @@ LOG_TAIL_CHARS = 2000
 class Slot:
     name: str  # "cuda:<id>" or "cpu:<n>"
     env: dict[str, str]  # what the unit's process gets on top of this process's environment
+
+
+@dataclass(frozen=True)
+class Spare:
+    """A unit process started ahead for a slot, waiting for its task on stdin."""
+
+    process: subprocess.Popen
+    number: int  # names its files
+    log_file: Path
 
 
 @dataclass(frozen=True)
@@ -109,24 +125,49 @@ class LocalRunner(TaskRunner):
         self._folder = Path(tempfile.mkdtemp(prefix="solforge-units-"))  # mode 0700
         self._ended: queue.Queue[int] = queue.Queue()
         self._units: dict[int, RunningUnit] = {}
+        self._spares: dict[int, Spare] = {}  # slot -> its spare
         self._started = 0
+        self._device_type = requested.type
 
     def _start(self, attempt: Attempt) -> None:
         slot = self._free.pop(0)
-        self._started += 1
-        number = self._started
-        files = [self._folder / f"{number}.{kind}" for kind in ("task", "result", "log")]
-        task_file, result_file, log_file = files
+        spare = self._spares.pop(slot, None)
+        number = spare.number if spare else self._next_number()
+        task_file, result_file, log_file = self._files(number)
         task_file.write_bytes(pickle.dumps(attempt.task))
-        env = {**python_env(dict(os.environ)), **self._slots[slot].env}
-        argv = python_command("solforge.runners.unit", str(task_file), str(result_file))
-        with log_file.open("wb") as log:
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, env=env,
-                                       start_new_session=True)
+        started = time.monotonic()
+        if spare is not None and spare.process.poll() is None:
+            process = spare.process
+            with contextlib.suppress(BrokenPipeError, OSError):
+                process.stdin.write(f"{task_file}\t{result_file}\t{time.time()}\n".encode())
+                process.stdin.close()
+        else:
+            process = self._spawn(slot, [str(task_file), str(result_file)], log_file)
         self._units[number] = RunningUnit(attempt, slot, process, task_file, result_file,
-                                          log_file, time.monotonic())
+                                          log_file, started)
         threading.Thread(target=self._watch, args=(number, process), daemon=True).start()
+        if spares_enabled():
+            spare_number = self._next_number()
+            spare_log = self._files(spare_number)[2]
+            self._spares[slot] = Spare(self._spawn(slot, ["--wait", self._device_type],
+                                                   spare_log, stdin=subprocess.PIPE),
+                                       spare_number, spare_log)
+
+    def _next_number(self) -> int:
+        self._started += 1
+        return self._started
+
+    def _files(self, number: int) -> list[Path]:
+        return [self._folder / f"{number}.{kind}" for kind in ("task", "result", "log")]
+
+    def _spawn(self, slot: int, args: list[str], log_file: Path,
+               stdin: int = subprocess.DEVNULL) -> subprocess.Popen:
+        env = {**python_env(dict(os.environ)), **self._slots[slot].env,
+               SPAWNED_AT_ENV: str(time.time())}
+        argv = python_command("solforge.runners.unit", *args)
+        with log_file.open("wb") as log:
+            return subprocess.Popen(argv, stdin=stdin, stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, start_new_session=True)
 
     def _watch(self, number: int, process: subprocess.Popen) -> None:
         process.wait()
@@ -149,13 +190,16 @@ class LocalRunner(TaskRunner):
     def _stop_all(self) -> None:
         """SIGTERM every unit (it closes its candidate's worker on the way out), then SIGKILL
         whatever is left after the grace period."""
-        for unit in self._units.values():
+        processes = [unit.process for unit in self._units.values()]
+        processes += [spare.process for spare in self._spares.values()]
+        for process in processes:
             with contextlib.suppress(ProcessLookupError):
-                unit.process.terminate()
+                process.terminate()  # a spare's exit kills the worker it had waiting
         deadline = time.monotonic() + STOP_GRACE_S
-        for unit in self._units.values():
+        for process in processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                unit.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            kill_group(unit.process)
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            kill_group(process)
         self._units.clear()
+        self._spares.clear()
         shutil.rmtree(self._folder, ignore_errors=True)
