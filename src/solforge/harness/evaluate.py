@@ -7,8 +7,9 @@ speed-of-light floor, times the reference the same way for T_b (only for the wor
 passed), and writes one trace per workload. `evaluate_reference` times the reference alone, as
 the traces of the pseudo-solutions `reference:eager` and `reference:compile`.
 
-Defaults per device: on a GPU 5 correctness rounds, 10 warm-up and 50 timed calls, 8 timed
-outputs re-checked, every workload; on the CPU 3 rounds, 2 + 10 calls, 3 re-checked, the two
+Defaults per device: on a GPU 5 correctness rounds, 10 warm-up calls, then timed calls until
+the median is known to 1% (at least 20, at most 100; timing.StopRule), 8 timed outputs
+re-checked, every workload; on the CPU 3 rounds, 2 + 10 calls, 3 re-checked, the two
 smallest workloads (the same pipeline, labelled CPU timings, no SOL score).
 """
 
@@ -35,7 +36,7 @@ from solforge.harness.baseline import (
     reference_solution_name,
 )
 from solforge.harness.build import BuildFailure, build_solution
-from solforge.harness.environment import environment
+from solforge.harness.environment import environment, run_environment
 from solforge.harness.judge import Plan, WorkloadResult
 from solforge.harness.oracle import ReferenceOracle
 from solforge.harness.phases import phase
@@ -57,8 +58,10 @@ from solforge.harness.trace import (
 from solforge.problem.problem import Problem
 from solforge.problem.workload import Workload
 
-# (rounds, warm-up, timed iterations, re-checked timed outputs) per device type.
-DEFAULTS = {"cuda": (5, 10, 50, 8), "cpu": (3, 2, 10, 3)}
+# (rounds, warm-up, timed iterations (the most), re-checked timed outputs) per device type.
+DEFAULTS = {"cuda": (5, 10, 100, 8), "cpu": (3, 2, 10, 3)}
+# The fewest timed iterations of an adaptive timing per device type (0: a fixed count).
+MIN_ITERATIONS = {"cuda": 20, "cpu": 0}
 CPU_SMALLEST = 2
 # The CPU default skips workloads past this many input elements (generating a 128256 x 4096
 # embedding table alone takes ~11 s there); the smallest workload always runs.
@@ -87,7 +90,8 @@ class EvalConfig:
     smallest: int | None = None  # only the N smallest workloads
     rounds: int | None = None  # None: the device's default (DEFAULTS)
     warmup: int | None = None
-    iterations: int | None = None
+    iterations: int | None = None  # adaptive timing: the most
+    min_iterations: int | None = None  # None: the device's; 0: exactly `iterations`
     verify: int | None = None
     timing: str = "kernel"  # GPU timing method; the CPU always uses "cpu"
     seed: int = 0  # the public seed; a secret drawn per run is mixed in
@@ -166,6 +170,7 @@ class EvaluationRun:
         self.cache_dir = config.cache_dir or default_cache_dir()
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.timing_method = "cpu" if self.device.type == "cpu" else config.timing
+        self._machine: dict[str, object] | None = None  # driver and clock, read once
         self.runner = Runner(problem.root, self.device, ReferenceOracle(problem, self.device),
                              self.timing_method, config.limits, config.max_restarts,
                              self.cache_dir)
@@ -251,8 +256,14 @@ class EvaluationRun:
         return cache_key(self.problem, workload, kind, self._cache_context())
 
     def _cache_context(self) -> dict[str, object]:
-        return {"method": self.timing_method, "warmup": self.plan.warmup,
-                "iterations": self.plan.iterations, "hardware": self.environment.hardware,
+        if self._machine is None:
+            found = run_environment(self.device) if self.device.type == "cuda" else {}
+            self._machine = {"driver": found.get("driver"),
+                             "max_sm_clock_mhz": found.get("max_sm_clock_mhz")}
+        return {**self._machine, "method": self.timing_method, "warmup": self.plan.warmup,
+                "iterations": self.plan.iterations,
+                "min_iterations": self.plan.min_iterations,
+                "hardware": self.environment.hardware,
                 "libs": self.environment.libs}
 
     def evaluation(self, result: WorkloadResult, sol: SpeedOfLight | str,
@@ -319,10 +330,13 @@ def _check_choices(config: EvalConfig) -> None:
 def _plan(config: EvalConfig, device: torch.device) -> Plan:
     rounds, warmup, iterations, verify = DEFAULTS[device.type]
     secret = draw_secret() if config.secret is None else config.secret
+    most = config.iterations or iterations
+    fewest = (MIN_ITERATIONS[device.type] if config.min_iterations is None
+              else config.min_iterations)
     return Plan(SeedPlan(secret, config.seed), config.rounds or rounds,
-                warmup if config.warmup is None else config.warmup,
-                config.iterations or iterations,
-                verify if config.verify is None else config.verify)
+                warmup if config.warmup is None else config.warmup, most,
+                verify if config.verify is None else config.verify,
+                min_iterations=fewest if 0 < fewest < most else 0)
 
 
 def _median_if_passed(result: WorkloadResult) -> float | None:

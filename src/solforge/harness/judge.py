@@ -50,8 +50,9 @@ class Plan:
     seeds: SeedPlan
     rounds: int
     warmup: int
-    iterations: int
+    iterations: int  # the timed calls; with min_iterations > 0, the most
     verify: int  # timed outputs re-checked per workload
+    min_iterations: int = 0  # > 0: the worker stops once the median is known (timing.py)
 
 
 class WorkerFailure(Exception):
@@ -103,7 +104,7 @@ class Judge:
 
     def _serve_seeds(self) -> dict[str, Any]:
         """Answer each seed request, in order; the TIMING frame ends the loop."""
-        total = self.plan.warmup + self.plan.iterations
+        total = self.plan.warmup + self.plan.iterations  # the most calls that may be asked
         served = 0
         while True:
             frame = self._expect(protocol.SEED_REQUEST, protocol.TIMING)
@@ -114,17 +115,22 @@ class Judge:
             seed = self.plan.seeds.seed(self.workload.uuid, CALL, served)
             self.session.send(protocol.SEED, {"seed": seed})
             served += 1
-        self._require(served == total, f"{served} of {total} calls were run")
         times = frame.meta.get("times_ms")
-        self._require(isinstance(times, list) and len(times) == self.plan.iterations
-                      and all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0
+        fewest = self.plan.min_iterations or self.plan.iterations
+        self._require(isinstance(times, list)
+                      and fewest <= len(times) <= self.plan.iterations
+                      and served == self.plan.warmup + len(times),
+                      f"{served} calls were run for {len(times) if isinstance(times, list) else 0}"
+                      f" timed ({self.plan.warmup} warm-up; {fewest} to "
+                      f"{self.plan.iterations} timed expected)")
+        self._require(all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0
                               for t in times), "the timing is incomplete")
         return frame.meta
 
     def _verify_timed(self, worst: Correctness | None, timing: dict[str, Any],
                       first_call_ms: float | None) -> WorkloadResult:
         uuid = self.workload.uuid
-        total = self.plan.warmup + self.plan.iterations
+        total = self.plan.warmup + len(timing["times_ms"])
         chosen = sorted(_RANDOM.sample(range(total), min(self.plan.verify, total)))
         self.session.send(protocol.VERIFY, {"iterations": chosen})
         failed: Comparison | None = None

@@ -120,7 +120,7 @@ class Runner:
             module_name=build.module_name if build else None,
             destination_passing_style=candidate and solution.destination_passing_style,
             preload=preload, timing_method=self.timing_method, warmup=plan.warmup,
-            iterations=plan.iterations, flush_bytes=None,
+            iterations=plan.iterations, min_iterations=plan.min_iterations, flush_bytes=None,
             retain_bytes=_retain_bytes(self.device))
 
     def _env(self) -> dict[str, str]:

@@ -37,7 +37,7 @@ from solforge.harness import protocol
 from solforge.harness.channel import Frame, FrameReader, FrameWriter
 from solforge.harness.guards import Guards, Violation
 from solforge.harness.protocol import WorkerConfig
-from solforge.harness.timing import Timing, TimingError, time_iterations
+from solforge.harness.timing import StopRule, Timing, TimingError, time_iterations
 from solforge.harness.trace import Status
 from solforge.problem.dtypes import storage_shape
 from solforge.problem.inputs import make_inputs
@@ -257,14 +257,16 @@ class Worker:
         return OutputBuffers(tensors, [t.data_ptr() for t in tensors])
 
     def _time(self, calls: TimedCalls) -> Timing:
+        minimum = self.config.min_iterations
         try:
             timing = time_iterations(calls.run, self.config.iterations, self.config.warmup,
                                      method=self.config.timing_method,
                                      flush_bytes=self.config.flush_bytes,
-                                     before_iteration=calls.before)
+                                     before_iteration=calls.before,
+                                     stop=StopRule(minimum) if minimum > 0 else None)
         except TimingError as exc:
             raise CandidateFault(Status.RUNTIME_ERROR, f"timing failed: {exc}") from None
-        calls.freeze(self.config.warmup + self.config.iterations - 1)
+        calls.freeze(self.config.warmup + len(timing.times_ms) - 1)
         return timing
 
     def request_seed(self, workload: Workload, iteration: int) -> int:
