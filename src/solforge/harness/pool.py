@@ -133,22 +133,27 @@ def shared_pool() -> WorkerPool:
 
 
 def _prewarm() -> None:
-    """What every worker does first anyway: CUDA context and Triton (no candidate exists yet,
-    so the guards' later snapshot sees this as the harness's own state)."""
+    """What every worker does first anyway: Triton, the CUDA context, a first kernel and the
+    profiler's start (no candidate exists yet, so the guards' later snapshot sees this as the
+    harness's own state; the worker's own warm-up then finds it all done)."""
     import torch
+
+    from solforge.harness.timing import time_iterations
 
     if os.environ.get(PREWARM_ENV) != "1":
         return
     with contextlib.suppress(ImportError):
         import triton  # noqa: F401
     if torch.cuda.is_available():
-        torch.cuda.init()
+        torch.randn(1 << 16, device="cuda").sum()
+        time_iterations(lambda i: None, iterations=1, warmup=0, method="kernel")
 
 
 def main(result_fd: int, command_fd: int) -> None:
     from solforge.harness import worker
 
-    _prewarm()
+    with contextlib.suppress(Exception):  # the worker's own warm-up meets it again, and says
+        _prewarm()
     frame = FrameReader(command_fd, b"").receive(time.monotonic() + _FOREVER)
     if frame.kind != PLACE or not isinstance(frame.meta.get("cwd"), str):
         raise SystemExit(f"protocol: expected {PLACE!r} first, got {frame.kind!r}")
