@@ -138,6 +138,10 @@ def evaluate_reference(problem: Problem, kind: str, config: EvalConfig = EvalCon
     report = progress or _silent
     run = EvaluationRun(problem, config)
     name = reference_solution_name(kind)
+    stored = run.stored_reference_traces(kind) if config.reuse_baselines else None
+    if stored is not None:
+        report(f"{name}: {len(stored)} workloads from the baseline store")
+        return stored
     report(f"{name}: {len(run.workloads)} workloads on {run.device}")
     run.prepare_workers(1)
     timed = run.time_reference(kind, run.workloads, report)
@@ -152,6 +156,7 @@ def evaluate_reference(problem: Problem, kind: str, config: EvalConfig = EvalCon
         evaluation = run.evaluation(timed.results[workload.uuid], sol, baseline, timed.log)
         report(f"{workload.uuid[:8]} {evaluation.status.value}")
         traces.append(Trace(problem.name, name, workload.to_dict(), evaluation))
+    run.store_reference_traces(kind, traces)
     return traces
 
 
@@ -251,6 +256,32 @@ class EvaluationRun:
         with phase("baseline_store"):
             cache = BaselineCache(self.cache_dir / "baselines.jsonl")
             return {w.uuid: cache.get(self._cache_key(w, kind)[0]) for w in workloads}
+
+    def stored_reference_traces(self, kind: str) -> list[Trace] | None:
+        """The traces of baseline `kind` on every selected workload from the baseline store,
+        or None when one is missing: a warm bench times no baseline again."""
+        with phase("baseline_store"):
+            entries = BaselineCache(self.cache_dir / "baselines.jsonl").entries()
+            found = [entries.get(self._cache_key(w, kind)[0], {}).get("trace")
+                     for w in self.workloads]
+            if not all(isinstance(t, dict) for t in found):
+                return None
+            try:
+                return [Trace.from_dict(t) for t in found]
+            except (KeyError, TypeError, ValueError):
+                return None
+
+    def store_reference_traces(self, kind: str, traces: list[Trace]) -> None:
+        """Keep each passing baseline trace beside its time in the store."""
+        with phase("baseline_store"):
+            cache = BaselineCache(self.cache_dir / "baselines.jsonl")
+            entries = []
+            for workload, trace in zip(self.workloads, traces):
+                if trace.evaluation.status is Status.PASSED and trace.evaluation.timing:
+                    key, description = self._cache_key(workload, kind)
+                    entries.append({"key": key, "median_ms": trace.evaluation.timing.median_ms,
+                                    **description, "trace": trace.to_dict()})
+            cache.write(entries)
 
     def _cache_key(self, workload: Workload, kind: str) -> tuple[str, dict[str, object]]:
         return cache_key(self.problem, workload, kind, self._cache_context())
