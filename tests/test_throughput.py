@@ -3,6 +3,7 @@ signed baseline store (CPU; the GPU numbers come from benchmarks/throughput_gpu.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import random
@@ -179,3 +180,26 @@ def test_evaluation_records_its_phases_and_times_adaptively(tmp_path, monkeypatc
                                       str(tmp_path / "cache")])
     assert result.exit_code == 0 and "exported 1 baselines" in result.output
     assert json.loads(out.read_text())["baselines"][0]["kind"] == "eager"
+
+
+@pytest.mark.slow
+def test_speed_of_light_is_analysed_once_and_kept_signed(tmp_path, monkeypatch):
+    evaluate_module = importlib.import_module("solforge.harness.evaluate")
+    monkeypatch.setenv("SOLFORGE_BASELINE_KEY", str(tmp_path / "key"))
+    problem = load_problem(SMALL)
+    config = EvalConfig(device="cpu", hardware="H200", cache_dir=tmp_path / "cache")
+    workload = problem.workloads[0]
+    first = evaluate_module.EvaluationRun(problem, config).speed_of_light(workload)
+    assert first.t_sol_ms > 0
+
+    def no_analysis(*args):
+        raise AssertionError("analysed again")
+
+    monkeypatch.setattr(evaluate_module, "speed_of_light", no_analysis)
+    again = evaluate_module.EvaluationRun(problem, config).speed_of_light(workload)
+    assert again == first
+    store = tmp_path / "cache" / "sol.jsonl"
+    store.write_text(store.read_text().replace(f'"floor_ms": {first.floor_ms}',
+                                               '"floor_ms": 0.0'))  # a lowered floor
+    with pytest.raises(AssertionError, match="analysed again"):
+        evaluate_module.EvaluationRun(problem, config).speed_of_light(workload)

@@ -76,6 +76,7 @@ class BaselineCache:
 
     path: Path
     key: bytes | None = None  # None: signing_key()
+    value: str = "median_ms"  # the number every entry carries
 
     def _key(self) -> bytes:
         return self.key if self.key is not None else signing_key()
@@ -92,7 +93,7 @@ class BaselineCache:
             except json.JSONDecodeError:
                 continue
             if (isinstance(entry, dict) and isinstance(entry.get("key"), str)
-                    and isinstance(entry.get("median_ms"), (int, float))
+                    and isinstance(entry.get(self.value), (int, float))
                     and isinstance(entry.get("mac"), str)
                     and hmac.compare_digest(entry["mac"], _mac(key, entry))):
                 found[entry["key"]] = entry
@@ -106,7 +107,7 @@ class BaselineCache:
         self.write([{"key": key, "median_ms": median_ms, **description}])
 
     def write(self, entries: list[dict[str, Any]]) -> None:
-        """Append `entries` (each with `key` and `median_ms`), signed."""
+        """Append `entries` (each with `key` and the value), signed."""
         signing = self._key()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as out:

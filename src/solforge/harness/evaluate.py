@@ -16,10 +16,13 @@ smallest workloads (the same pipeline, labelled CPU timings, no SOL score).
 from __future__ import annotations
 
 import datetime
+import functools
+import hashlib
+import json
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -111,8 +114,7 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig = EvalConf
     report(f"{solution.name}: {len(run.workloads)} workloads on {run.device}")
     run.prepare_workers(1 + bool(run.missing_baselines()))
     candidate = run.candidate(solution, report)
-    with phase("sol"):
-        sols = {w.uuid: speed_of_light(problem, w, run.profile) for w in run.workloads}
+    sols = {w.uuid: run.speed_of_light(w) for w in run.workloads}
     results = {uuid: run.hold_to_floor(result, sols[uuid])
                for uuid, result in _reject_forged_prints(candidate).items()}
     passed = [w for w in run.workloads if results[w.uuid].status is Status.PASSED]
@@ -152,7 +154,7 @@ def evaluate_reference(problem: Problem, kind: str, config: EvalConfig = EvalCon
     for workload in run.workloads:
         times = {eager_kind: eager[workload.uuid], kind: own[workload.uuid]}
         baseline = choose(eager_kind, times, cached=kind != eager_kind)
-        sol = speed_of_light(problem, workload, run.profile)
+        sol = run.speed_of_light(workload)
         evaluation = run.evaluation(timed.results[workload.uuid], sol, baseline, timed.log)
         report(f"{workload.uuid[:8]} {evaluation.status.value}")
         traces.append(Trace(problem.name, name, workload.to_dict(), evaluation))
@@ -257,6 +259,26 @@ class EvaluationRun:
             cache = BaselineCache(self.cache_dir / "baselines.jsonl")
             return {w.uuid: cache.get(self._cache_key(w, kind)[0]) for w in workloads}
 
+    def speed_of_light(self, workload: Workload) -> SpeedOfLight | str:
+        """T_SOL and the floor of `workload` on this run's profile: analysed once (tracing
+        the reference costs seconds) and kept in the signed store beside the baselines, since
+        the floor decides what is a REWARD_HACK."""
+        with phase("sol"):
+            store = BaselineCache(self.cache_dir / "sol.jsonl", value="t_sol_ms")
+            material = {"definition": self.problem.definition.to_dict(),
+                        "workload": workload.to_dict(), "profile": repr(self.profile),
+                        "analysis": _analysis_version()}
+            key = hashlib.sha256(json.dumps(material, sort_keys=True, default=str)
+                                 .encode()).hexdigest()
+            entry = store.entries().get(key)
+            if entry is not None:
+                return SpeedOfLight(entry["t_sol_ms"], entry["floor_ms"], entry["bound"],
+                                    entry["hardware"])
+            found = speed_of_light(self.problem, workload, self.profile)
+            if isinstance(found, SpeedOfLight):
+                store.write([{"key": key, **asdict(found)}])
+            return found
+
     def stored_reference_traces(self, kind: str) -> list[Trace] | None:
         """The traces of baseline `kind` on every selected workload from the baseline store,
         or None when one is missing: a warm bench times no baseline again."""
@@ -347,6 +369,17 @@ class EvaluationRun:
 
 
 _WITH_CORRECTNESS = (Status.PASSED, Status.INCORRECT_NUMERICAL)
+
+
+@functools.cache
+def _analysis_version() -> str:
+    """A digest of the analysis code (solar/, sol.py): a changed analysis is a new T_SOL."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted([*(root / "solar").glob("*.py"), root / "harness" / "sol.py",
+                        *(root / "hardware").glob("*.py")]):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def _check_choices(config: EvalConfig) -> None:
