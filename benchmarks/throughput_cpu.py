@@ -130,7 +130,8 @@ def summary(workers: int, slots: int, wall_s: float, results: list[TaskResult],
 def machine() -> dict[str, Any]:
     found = {"platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
              "cores": os.cpu_count(), "python": platform.python_version(),
-             "torch": torch.__version__}
+             "torch": torch.__version__,
+             "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()]}
     for package in ("triton", "ray", "solforge"):
         try:
             found[package] = metadata.version(package)
