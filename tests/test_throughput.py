@@ -10,6 +10,7 @@ import random
 import time
 
 import pytest
+import torch
 from harness_corpus import HONEST, PROBLEMS, short_limits
 from typer.testing import CliRunner
 
@@ -203,3 +204,19 @@ def test_speed_of_light_is_analysed_once_and_kept_signed(tmp_path, monkeypatch):
                                                '"floor_ms": 0.0'))  # a lowered floor
     with pytest.raises(AssertionError, match="analysed again"):
         evaluate_module.EvaluationRun(problem, config).speed_of_light(workload)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("method", ["kernel", "events", "graph"])
+def test_adaptive_timing_on_the_gpu(method):
+    """Chunks of the timed loop (a profiler session each for "kernel") join into one timing."""
+    data = torch.randn(1 << 22, device="cuda")
+    seen: list[int] = []
+    timing = time_iterations(lambda i: data.mul_(1.0), iterations=100, warmup=5, method=method,
+                             before_iteration=seen.append, stop=StopRule())
+    assert 20 <= len(timing.times_ms) <= 100
+    assert seen == list(range(5 + len(timing.times_ms)))
+    if method == "kernel":
+        assert timing.kernels_per_iteration == pytest.approx(1.0)
+    assert timing.sm_clock_mhz is None or timing.sm_clock_mhz[0] > 0
