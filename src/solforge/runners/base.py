@@ -213,10 +213,20 @@ class TaskRunner(ABC):
         self.close()
 
     def _fill(self) -> None:
+        """Start waiting attempts, in order, skipping those not ready (`_ready`)."""
         limit = self._in_flight_limit
         while self._waiting and (limit is None or self._running < limit):
-            self._start(self._waiting.popleft())
+            attempt = next((a for a in self._waiting if self._ready(a)), None)
+            if attempt is None:
+                return
+            self._waiting.remove(attempt)
+            self._start(attempt)
             self._running += 1
+
+    def _ready(self, attempt: Attempt) -> bool:
+        """Whether an attempt can take a slot now (a runner compiling ahead says no until its
+        build is done)."""
+        return True
 
     def _result(self, attempt: Attempt, end: Ended) -> TaskResult:
         task = attempt.task

@@ -6,6 +6,12 @@ that lives as long as the unit: a crash, a leak or a kill -9 ends that process a
 goes back to the pool and the unit is started again (see base.py). Inside, the harness starts
 the candidate's own worker process as it always does.
 
+A C++/CUDA solution is compiled ahead, on the CPU cores, the moment it is submitted
+(`prebuilt.build_unit` in a thread; the compiler runs in a process of its own): it takes a slot
+only once its build is in the harness cache, where its unit finds it done, and a solution that
+does not compile comes back as its failure traces without ever taking a slot. Units that are
+ready go first, so a GPU never waits on a compiler.
+
 Each slot keeps one spare unit process started ahead (`unit.py --wait`): while a unit runs, the
 next one's interpreter imports torch, initialises CUDA and pre-spawns its harness worker on the
 CPU, so the slot's next unit starts at once. A spare serves one unit, like a fresh process
@@ -23,6 +29,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,12 +43,17 @@ from solforge.runners.base import (
     DEFAULT_RETRIES,
     Attempt,
     Ended,
+    EvalTask,
     Outcome,
     TaskRunner,
     describe_machine,
+    failure_traces,
 )
+from solforge.runners.prebuilt import BuildRefused, build_unit, needs_build
 from solforge.runners.unit import SPAWNED_AT_ENV
 
+BUILT = -1  # on the queue of ended units: a compile ahead finished, a unit may be ready
+COMPILE_WORKERS = max(1, min(8, (os.cpu_count() or 2) // 2))  # builds ahead at once
 STOP_GRACE_S = 5.0  # after SIGTERM, a unit has this long to end its candidate's processes
 LOG_TAIL_CHARS = 2000
 
@@ -128,8 +140,33 @@ class LocalRunner(TaskRunner):
         self._spares: dict[int, Spare] = {}  # slot -> its spare
         self._started = 0
         self._device_type = requested.type
+        self._compiler = ThreadPoolExecutor(COMPILE_WORKERS, "compile-ahead")
+        self._builds: dict[int, Future] = {}  # id(attempt) -> its build ahead
+        self._refused: dict[int, tuple[Attempt, Ended]] = {}  # ended without a process
+
+    def submit(self, task: EvalTask) -> None:
+        attempt = Attempt(task)
+        if needs_build(task):
+            future = self._compiler.submit(build_unit, task)
+            future.add_done_callback(lambda _: self._ended.put(BUILT))
+            self._builds[id(attempt)] = future
+        self._waiting.append(attempt)
+        self._fill()
+
+    def _ready(self, attempt: Attempt) -> bool:
+        future = self._builds.get(id(attempt))
+        return future is None or future.done()
 
     def _start(self, attempt: Attempt) -> None:
+        built = self._builds.pop(id(attempt), None)
+        value = built.result() if built is not None and built.exception() is None else None
+        if isinstance(value, BuildRefused):  # a compile error never takes a slot
+            traces = failure_traces(attempt.task, self.machine, value.status, value.message)
+            number = self._next_number()
+            self._refused[number] = (attempt, Ended(Outcome(traces), "", "local (compile)",
+                                                    0.0, value.seconds))
+            self._ended.put(number)
+            return
         slot = self._free.pop(0)
         spare = self._spares.pop(slot, None)
         number = spare.number if spare else self._next_number()
@@ -174,10 +211,21 @@ class LocalRunner(TaskRunner):
         self._ended.put(number)
 
     def _wait_any(self, timeout: float | None) -> tuple[Attempt, Ended] | None:
-        try:
-            number = self._ended.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                number = self._ended.get(timeout=left)
+            except queue.Empty:
+                return None
+            if number == BUILT:
+                self._fill()  # a unit whose build was pending may take a free slot now
+                continue
+            if number in self._refused:
+                return self._refused.pop(number)
+            return self._end_unit(number)
+
+    def _end_unit(self, number: int) -> tuple[Attempt, Ended]:
         unit = self._units.pop(number)
         self._free.append(unit.slot)
         seconds = time.monotonic() - unit.started
@@ -190,6 +238,7 @@ class LocalRunner(TaskRunner):
     def _stop_all(self) -> None:
         """SIGTERM every unit (it closes its candidate's worker on the way out), then SIGKILL
         whatever is left after the grace period."""
+        self._compiler.shutdown(wait=False, cancel_futures=True)
         processes = [unit.process for unit in self._units.values()]
         processes += [spare.process for spare in self._spares.values()]
         for process in processes:
