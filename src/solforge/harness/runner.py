@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from solforge.harness import protocol
+from solforge.harness.baseline import KEY_ENV
 from solforge.harness.build import Build
 from solforge.harness.judge import Judge, Plan, WorkloadResult
 from solforge.harness.oracle import ReferenceOracle
@@ -151,6 +152,7 @@ class TimedOracle:
 def worker_env(device_type: str) -> dict[str, str]:
     """The environment of a worker process on a device type."""
     env = python_env(dict(os.environ))
+    env.pop(KEY_ENV, None)  # where the baseline store's key is: none of the worker's business
     env["PYTHONUNBUFFERED"] = "1"
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # no compile-worker pool in the worker
     if device_type == "cpu":
