@@ -1,7 +1,7 @@
 """Issue 13 on one H200: evaluation throughput, in one call of at most 9 minutes, resumable.
 
     python benchmarks/throughput_gpu.py OUTDIR [--state DIR] [--deadline-s 540]
-        [--candidates 54] [--problems P ...] [--before 4] [--suite-sample 6]
+        [--candidates 54] [--problems P ...] [--before 3] [--suite-sample 6]
         [--device cuda|cpu] [--name h200]
 
 Stages; each one's result is kept in the state folder (default OUTDIR/NAME-throughput-state)
@@ -113,9 +113,10 @@ def search(call: Call, problems: list[str], total: int, store_name: str) -> dict
     statuses: dict[str, int] = {}
     started = time.monotonic()
     with open_runner("local", call.device, 1) as runner:
-        for address in problems:
+        for number, address in enumerate(problems):
             recording = Recording(runner)
-            minutes = max(call.left() - MARGIN_S, 5.0) / 60
+            share = (call.left() - MARGIN_S) / (len(problems) - number)  # a fair share each
+            minutes = max(share, 5.0) / 60
             config = OptimizeConfig(budget=per_problem, minutes=minutes, device=call.device,
                                     baseline=DEFAULT_BASELINE[call.device],
                                     cache_dir=call.cache, ncu=False)
@@ -270,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--deadline-s", type=float, default=540.0)
     parser.add_argument("--candidates", type=int, default=54)
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
-    parser.add_argument("--before", type=int, default=4)
+    parser.add_argument("--before", type=int, default=3)
     parser.add_argument("--suite-sample", type=int, default=6)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--name", default="h200")

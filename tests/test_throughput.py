@@ -152,6 +152,8 @@ def test_pool_hands_out_a_prepared_worker_once(monkeypatch):
     monkeypatch.setenv("SOLFORGE_WORKER_POOL", "0")
     pool.prepare(env)
     assert pool.waiting() == 0
+    monkeypatch.setenv("SOLFORGE_BASELINE_KEY", "/somewhere/key")
+    assert "SOLFORGE_BASELINE_KEY" not in worker_env("cpu")  # the key stays the driver's
 
 
 @pytest.mark.slow
