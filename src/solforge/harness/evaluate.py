@@ -8,7 +8,7 @@ passed), and writes one trace per workload. `evaluate_reference` times the refer
 the traces of the pseudo-solutions `reference:eager` and `reference:compile`.
 
 Defaults per device: on a GPU 5 correctness rounds, 10 warm-up calls, then timed calls until
-the median is known to 1% (at least 20, at most 100; timing.StopRule), 8 timed outputs
+the median is known to 1% (at least 20, at most 50; timing.StopRule), 8 timed outputs
 re-checked, every workload; on the CPU 3 rounds, 2 + 10 calls, 3 re-checked, the two
 smallest workloads (the same pipeline, labelled CPU timings, no SOL score).
 """
@@ -62,7 +62,7 @@ from solforge.problem.problem import Problem
 from solforge.problem.workload import Workload
 
 # (rounds, warm-up, timed iterations (the most), re-checked timed outputs) per device type.
-DEFAULTS = {"cuda": (5, 10, 100, 8), "cpu": (3, 2, 10, 3)}
+DEFAULTS = {"cuda": (5, 10, 50, 8), "cpu": (3, 2, 10, 3)}
 # The fewest timed iterations of an adaptive timing per device type (0: a fixed count).
 MIN_ITERATIONS = {"cuda": 20, "cpu": 0}
 CPU_SMALLEST = 2
