@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from solforge.harness.channel import FrameReader, FrameWriter
+from solforge.harness.channel import FrameReader
 from solforge.harness.process import kill_group, python_command, start
 
 PLACE = "place"  # the unauthenticated first frame: the folder the worker works in
@@ -45,10 +45,6 @@ class Spawned:
     result_fd: int  # the driver reads results here
     command_fd: int  # the driver writes commands here
     started: float  # time.monotonic() at spawn
-
-    def place(self, cwd: Path) -> None:
-        """Tell the worker its working folder (the first frame, before CONFIG)."""
-        FrameWriter(self.command_fd, b"").send(PLACE, {"cwd": str(cwd)})
 
     def discard(self) -> None:
         kill_group(self.process)
