@@ -43,6 +43,7 @@ KINDS = {"eager": (REFERENCE_EAGER,), "compile": (REFERENCE_COMPILE,),
 
 
 KEY_ENV = "SOLFORGE_BASELINE_KEY"
+_READ: dict[str, tuple[tuple, dict[str, dict[str, Any]]]] = {}  # path -> (file version, entries)
 EXPORT_FORMAT = "solforge-baselines/1"
 
 
@@ -82,10 +83,17 @@ class BaselineCache:
         return self.key if self.key is not None else signing_key()
 
     def entries(self) -> dict[str, dict[str, Any]]:
-        """Every validly signed entry by key (unsigned or tampered lines are left out)."""
-        if not self.path.is_file():
+        """Every validly signed entry by key (unsigned or tampered lines are left out); read
+        again only when the file changed."""
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
             return {}
         key = self._key()
+        version = (str(self.path), stat.st_mtime_ns, stat.st_size, self.value,
+                   hashlib.sha256(key).hexdigest())
+        if _READ.get(str(self.path), (None,))[0] == version:
+            return _READ[str(self.path)][1]
         found: dict[str, dict[str, Any]] = {}
         for line in self.path.read_text().splitlines():
             try:
@@ -97,6 +105,7 @@ class BaselineCache:
                     and isinstance(entry.get("mac"), str)
                     and hmac.compare_digest(entry["mac"], _mac(key, entry))):
                 found[entry["key"]] = entry
+        _READ[str(self.path)] = (version, found)
         return found
 
     def get(self, key: str) -> float | None:
