@@ -5,7 +5,8 @@
 #   benchmarks/run_gpu_checks.sh OUTDIR [STAGE ...]
 #
 #   stages: env tests calibrate harness   (the default, in this order)
-#           throughput   GPU-seconds per candidate through the local runner (issue 8)
+#           throughput   issue 13: seconds per optimizer candidate, phases before/after, the
+#                        suite cold/warm (benchmarks/throughput_gpu.py, resumable)
 #           suite        the bundled suite and its shipped solutions (issue 5)
 #           forge        template search over 24 L1/L2 problems and its goal (issue 6)
 #           hgemm        the HGEMM tuner and benchmark (issue 7; carry nvmath-python)
@@ -68,8 +69,8 @@ stage_harness() {
 deadline=${DEADLINE_S:-540}
 
 stage_throughput() {
-    "$python" benchmarks/throughput_cpu.py "$out/throughput" --device cuda --workers 1 \
-        2>&1 | tee "$out/throughput.log"
+    "$python" benchmarks/throughput_gpu.py "$out/throughput" --deadline-s "$deadline" \
+        2>&1 | tee -a "$out/throughput.log"
 }
 
 stage_suite() {
@@ -93,7 +94,7 @@ for stage in "${stages[@]}"; do
         tests) run_stage tests gpu-tests.log stage_tests ;;
         calibrate) run_stage calibrate h200-measured.json stage_calibrate ;;
         harness) run_stage harness harness_summary.json stage_harness ;;
-        throughput) run_stage throughput throughput.log stage_throughput ;;
+        throughput) run_stage throughput "" stage_throughput ;;
         suite) run_stage suite "" stage_suite ;;
         forge) run_stage forge "" stage_forge ;;
         hgemm) run_stage hgemm "" stage_hgemm ;;

@@ -37,6 +37,7 @@ import torch
 from solforge.bench.run import CPU_WORKLOADS
 from solforge.data.solution import load_solution, solution_from_python
 from solforge.harness.evaluate import EvalConfig
+from solforge.harness.phases import merge
 from solforge.runners import EvalTask, TaskResult, open_runner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,13 +122,16 @@ def summary(workers: int, slots: int, wall_s: float, results: list[TaskResult],
         "trace_statuses": statuses,
         "retried_units": sum(1 for result in results if result.attempts > 1),
         "baseline_seconds": {r.task.key: round(r.seconds, 2) for r in warmup},
+        "phases_per_candidate": {name: round(entry["seconds"] / len(results), 3)
+                                 for name, entry in merge([r.phases for r in results]).items()},
     }
 
 
 def machine() -> dict[str, Any]:
     found = {"platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
              "cores": os.cpu_count(), "python": platform.python_version(),
-             "torch": torch.__version__}
+             "torch": torch.__version__,
+             "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()]}
     for package in ("triton", "ray", "solforge"):
         try:
             found[package] = metadata.version(package)
@@ -165,10 +169,13 @@ def main() -> None:
         "slot_seconds_are": SLOT_SECONDS[args.runner],
         "problem": problem if args.device == "cuda" else str(CPU_PROBLEM.relative_to(ROOT)),
         "settings": {"baseline": settings.baseline, "smallest_workloads": settings.smallest},
+        "worker_pool": os.environ.get("SOLFORGE_WORKER_POOL", "1") != "0",
         "runs": runs,
     }
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    name = f"throughput-{args.device}-{args.runner}-{datetime.date.today().isoformat()}.json"
+    pool = "" if os.environ.get("SOLFORGE_WORKER_POOL", "1") != "0" else "-nopool"
+    name = (f"throughput-{args.device}-{args.runner}{pool}-"
+            f"{datetime.date.today().isoformat()}.json")
     (args.out_dir / name).write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {args.out_dir / name}")
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SUITE_SCRIPT = REPO / "benchmarks" / "suite_gpu.py"
 PROBLEM = "l1/rmsnorm_llama3_1_8b"  # has a shipped solution
@@ -71,3 +73,24 @@ def test_a_bad_target_is_a_message_not_a_traceback(tmp_path):
         assert done.returncode == 1
         assert f"{script.name}: l1/no_such_problem" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+THROUGHPUT_SCRIPT = REPO / "benchmarks" / "throughput_gpu.py"
+
+
+@pytest.mark.slow
+def test_throughput_script_measures_every_stage_and_resumes(tmp_path):
+    args = (str(tmp_path), "--device", "cpu", "--name", "cpu", "--candidates", "2",
+            "--problems", PROBLEM, "--before", "1", "--suite-sample", "1")
+    _run(THROUGHPUT_SCRIPT, *args)
+    record = json.loads((tmp_path / "cpu-throughput.json").read_text())
+    assert record["complete"] and record["candidates"] == 2
+    assert record["gpu_seconds_per_candidate"] > 0 and record["suite_extrapolated"]
+    assert record["suite_cold_minutes"] > 0 and record["suite_warm_minutes"] > 0
+    for phase in ("worker_wait", "correctness", "timing", "unit_start"):
+        assert phase in record["phases"], record["phases"]
+    assert record["phases_before"]["worker_wait"] > 0
+    exported = json.loads((tmp_path / "cpu-baselines.json").read_text())
+    assert exported["baselines"] and exported["format"] == "solforge-baselines/1"
+    again = _run(THROUGHPUT_SCRIPT, *args)  # every stage is in the state folder
+    assert again.stdout.count("done in an earlier call") == 3

@@ -169,6 +169,24 @@ def test_local_runner_runs_units_side_by_side_and_hands_each_back_when_done(tmp_
     assert missing.traces == () and "neither a problem folder" in missing.error
 
 
+@pytest.mark.slow
+def test_local_runner_compiles_ahead_and_a_compile_error_never_takes_a_slot(tmp_path):
+    config = _config(tmp_path / "cache")
+    broken = {**json.loads((HONEST / "cpp_rmsnorm" / "solution.json").read_text()),
+              "name": "broken_cpp"}
+    broken["sources"] = [{**source, "content": source["content"] + "\nint broken( {\n"}
+                         if source["path"].endswith(".cpp") else source
+                         for source in broken["sources"]]
+    tasks = [EvalTask(SMALL, config, solution=broken, key="broken"),
+             EvalTask(SMALL, config, solution=_solution(HONEST / "pytorch_rmsnorm" /
+                                                        "solution.py"), key="pytorch")]
+    results = _run("local", tasks)
+    assert _statuses(results["broken"]) == ["COMPILE_ERROR"]
+    assert results["broken"].slot == "local (compile)" and results["broken"].seconds == 0.0
+    assert _statuses(results["pytorch"]) == ["PASSED"]
+    assert results["pytorch"].phases["worker_wait"]["count"] >= 1  # phases come back
+
+
 @pytest.mark.parametrize("runner_kind", ["local", "ray"])
 def test_a_unit_whose_process_is_killed_is_retried_then_recorded_as_failed(
         runner_kind, tmp_path, request):

@@ -214,7 +214,8 @@ def _eval_config(config: BenchConfig, device_type: str) -> EvalConfig:
     """Each unit's configuration; the runner gives every unit a GPU of its own."""
     smallest = CPU_WORKLOADS if device_type == "cpu" else None
     return EvalConfig(device=device_type, hardware=config.hardware, baseline=config.baseline,
-                      smallest=smallest, limits=config.limits, cache_dir=config.cache_dir)
+                      smallest=smallest, limits=config.limits, cache_dir=config.cache_dir,
+                      reuse_baselines=not config.fresh)
 
 
 def plan_units(problems: list[BenchProblem], store: Store, config: EvalConfig,

@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "traces",
     "optimize",
     "hgemm",
+    "baselines",
 ]
 for _name in COMMAND_MODULES:
     importlib.import_module(f"solforge.cli.{_name}")

@@ -11,6 +11,10 @@ kernels it compiles to (descriptors.py), and stored (archive.py). With a runner
 (solforge.runners: local slots, one per GPU or core, or a Ray cluster) candidates are judged in
 batches of as many as it has slots, each in a fresh process of its own; without one they are
 judged here, one at a time (the harness still runs each in its own worker process).
+The GPU never waits on the CPU's share of the work: a batch holds `QUEUE_AHEAD` candidates more
+than the runner has slots (the runner queues them; its spare processes start the next unit the
+moment a slot frees), and each candidate's descriptor (its Triton kernels compiled for sm_90a,
+a CPU job) is captured in a thread of its own while the batch is being judged, not after.
 A candidate already judged for this problem, by this run or another worker, is not judged
 again. Only a PASSED candidate with a fitness can become an elite; a REWARD_HACK is stored with
 its evidence and never does.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +49,8 @@ if TYPE_CHECKING:
 PROPOSERS = ("templates", "llm", "both")
 RECENT_ATTEMPTS = 8  # feedback the model sees
 PARENTS = 3  # elites of different cells shown to the model
+QUEUE_AHEAD = 3  # candidates queued on a runner beyond its slots, so a free slot never waits
+DESCRIBE_THREADS = 4  # descriptor captures (each a compile process) running beside the judging
 
 
 class OptimizeError(SolforgeError):
@@ -101,7 +108,8 @@ class Optimizer:
         self.report = report
         self.runner = runner
         self.address = address
-        self.parallel = runner.slots if runner is not None else 1
+        self.parallel = runner.slots + QUEUE_AHEAD if runner is not None else 1
+        self._describing = ThreadPoolExecutor(DESCRIBE_THREADS, "describe")
         self.judged = self.reused = self.hacks = 0
         self.deadline = (time.monotonic() + 60 * config.minutes) if config.minutes else None
         self.attempts: list = []
@@ -115,6 +123,8 @@ class Optimizer:
                 self._llm()
         except _Exhausted:
             pass
+        finally:
+            self._describing.shutdown(wait=True, cancel_futures=True)
         elites = archive.elites(self.store, self.problem.name)
         return SearchOutcome(self.judged, self.reused, self.hacks, elites[0] if elites else None,
                              elites)
@@ -190,13 +200,14 @@ class Optimizer:
         if not solutions:
             return []
         self._check_budget()
+        described = [self._describing.submit(self._describe, solution) for solution in solutions]
         if self.runner is None:
             measured = [evaluate(self.problem, parse_solution(solution), self._eval_config())
                         for solution in solutions]
         else:
             measured = self._run_batch(solutions)
-        for solution, traces in zip(solutions, measured):
-            self._record(solution, proposer, traces)
+        for solution, traces, descriptor in zip(solutions, measured, described):
+            self._record(solution, proposer, traces, descriptor)
         return measured
 
     def _run_batch(self, solutions: list[dict[str, Any]]) -> list[list[Trace]]:
@@ -222,7 +233,9 @@ class Optimizer:
             measured[result.task.key] = traces
         return [measured[key] for key in tasks]
 
-    def _record(self, solution: dict[str, Any], proposer: str, traces: list[Trace]) -> None:
+    def _record(self, solution: dict[str, Any], proposer: str, traces: list[Trace],
+                described: Future | None = None) -> None:
+        """Store one judged candidate; `described` is its descriptor captured ahead."""
         from solforge.forge.llm import attempt_from_traces
 
         self.judged += 1
@@ -231,7 +244,12 @@ class Optimizer:
         if judged.fitness is not None and self._profiles(proposer):
             attempt = replace(attempt, profile=self._profile_feedback(solution))
         self.attempts.append(attempt)
-        descriptor, cell = self._describe(solution) if judged.fitness is not None else ({}, None)
+        descriptor, cell = {}, None
+        if judged.fitness is not None:
+            descriptor, cell = (described.result() if described is not None
+                                else self._describe(solution))
+        elif described is not None:
+            described.cancel()
         record = archive.CandidateRecord(
             problem=self.problem.name, name=solution.get("name", "?"), proposer=proposer,
             solution=solution, status=judged.status, fitness=judged.fitness,

@@ -7,19 +7,23 @@ speed-of-light floor, times the reference the same way for T_b (only for the wor
 passed), and writes one trace per workload. `evaluate_reference` times the reference alone, as
 the traces of the pseudo-solutions `reference:eager` and `reference:compile`.
 
-Defaults per device: on a GPU 5 correctness rounds, 10 warm-up and 50 timed calls, 8 timed
-outputs re-checked, every workload; on the CPU 3 rounds, 2 + 10 calls, 3 re-checked, the two
+Defaults per device: on a GPU 5 correctness rounds, 10 warm-up calls, then timed calls until
+the median is known to 1% (at least 20, at most 50; timing.StopRule), 8 timed outputs
+re-checked, every workload; on the CPU 3 rounds, 2 + 10 calls, 3 re-checked, the two
 smallest workloads (the same pipeline, labelled CPU timings, no SOL score).
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
+import hashlib
+import json
 import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -49,16 +53,19 @@ from solforge.harness.baseline import (
 from solforge.harness.build import BuildFailure, build_solution
 from solforge.harness.judge import Plan, WorkloadResult
 from solforge.harness.oracle import ReferenceOracle
+from solforge.harness.phases import phase
 from solforge.harness.seeds import SeedPlan, draw_secret
 from solforge.harness.session import Limits
 from solforge.harness.sol import SpeedOfLight, below_floor, score, speed_of_light
 from solforge.harness.supervisor import RoleRun, Supervisor
-from solforge.measure.environment import environment
+from solforge.measure.environment import environment, run_environment
 from solforge.measure.timing import METHODS
 from solforge.problem.problem import Problem
 
-# (rounds, warm-up, timed iterations, re-checked timed outputs) per device type.
+# (rounds, warm-up, timed iterations (the most), re-checked timed outputs) per device type.
 DEFAULTS = {"cuda": (5, 10, 50, 8), "cpu": (3, 2, 10, 3)}
+# The fewest timed iterations of an adaptive timing per device type (0: a fixed count).
+MIN_ITERATIONS = {"cuda": 20, "cpu": 0}
 CPU_SMALLEST = 2
 # The CPU default skips workloads past this many input elements (generating a 128256 x 4096
 # embedding table alone takes ~11 s there); the smallest workload always runs.
@@ -87,7 +94,8 @@ class EvalConfig:
     smallest: int | None = None  # only the N smallest workloads
     rounds: int | None = None  # None: the device's default (DEFAULTS)
     warmup: int | None = None
-    iterations: int | None = None
+    iterations: int | None = None  # adaptive timing: the most
+    min_iterations: int | None = None  # None: the device's; 0: exactly `iterations`
     verify: int | None = None
     timing: str = "kernel"  # GPU timing method; the CPU always uses "cpu"
     seed: int = 0  # the public seed; a secret drawn per run is mixed in
@@ -105,8 +113,9 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig = EvalConf
     report = progress or _silent
     run = EvaluationRun(problem, config)
     report(f"{solution.name}: {len(run.workloads)} workloads on {run.device}")
+    run.prepare_workers(1 + bool(run.missing_baselines()))
     candidate = run.candidate(solution, report)
-    sols = {w.uuid: speed_of_light(problem, w, run.profile) for w in run.workloads}
+    sols = {w.uuid: run.speed_of_light(w) for w in run.workloads}
     results = disqualify({uuid: run.hold_to_floor(result, sols[uuid])
                           for uuid, result in _reject_forged_prints(candidate).items()})
     passed = [w for w in run.workloads if results[w.uuid].status is Status.PASSED]
@@ -133,7 +142,12 @@ def evaluate_reference(problem: Problem, kind: str, config: EvalConfig = EvalCon
     report = progress or _silent
     run = EvaluationRun(problem, config)
     name = reference_solution_name(kind)
+    stored = run.stored_reference_traces(kind) if config.reuse_baselines else None
+    if stored is not None:
+        report(f"{name}: {len(stored)} workloads from the baseline store")
+        return stored
     report(f"{name}: {len(run.workloads)} workloads on {run.device}")
+    run.prepare_workers(1)
     timed = run.time_reference(kind, run.workloads, report)
     own = {uuid: _median_if_passed(result) for uuid, result in timed.results.items()}
     eager_kind = protocol.REFERENCE_EAGER
@@ -142,10 +156,11 @@ def evaluate_reference(problem: Problem, kind: str, config: EvalConfig = EvalCon
     for workload in run.workloads:
         times = {eager_kind: eager[workload.uuid], kind: own[workload.uuid]}
         baseline = choose(eager_kind, times, cached=kind != eager_kind)
-        sol = speed_of_light(problem, workload, run.profile)
+        sol = run.speed_of_light(workload)
         evaluation = run.evaluation(timed.results[workload.uuid], sol, baseline, timed.log)
         report(f"{workload.uuid[:8]} {evaluation.status.value}")
         traces.append(Trace(problem.name, name, workload.to_dict(), evaluation))
+    run.store_reference_traces(kind, traces)
     return traces
 
 
@@ -165,15 +180,29 @@ class EvaluationRun:
         self.build_seconds: float | None = None  # set by candidate()
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.timing_method = "cpu" if self.device.type == "cpu" else config.timing
+        self._machine: dict[str, object] | None = None  # driver and clock, read once
         self.supervisor = Supervisor(problem.root, self.device,
                                      ReferenceOracle(problem, self.device), self.timing_method,
                                      config.limits, config.max_restarts, self.cache_dir)
 
+    def prepare_workers(self, count: int) -> None:
+        """Have `count` workers waiting now, so they import and initialise while the driver
+        builds and looks up (see pool.py); each is still used by one role only."""
+        self.supervisor.prepare_workers(count)
+
+    def missing_baselines(self) -> list[str]:
+        """The baseline kinds some workload has no stored time for (all, without reuse)."""
+        if not self.config.reuse_baselines:
+            return list(KINDS[self.config.baseline])
+        return [kind for kind in KINDS[self.config.baseline]
+                if any(t is None for t in self.cached_baselines(kind, self.workloads).values())]
+
     def candidate(self, solution: Solution, report: Progress) -> RoleRun:
         started = time.perf_counter()
         try:
-            build = build_solution(solution, self.cache_dir / "builds", self.device.type,
-                                   self.config.compile_timeout_s)
+            with phase("build"):
+                build = build_solution(solution, self.cache_dir / "builds", self.device.type,
+                                       self.config.compile_timeout_s)
             self.build_seconds = 0.0 if build.cached else build.seconds
         except BuildFailure as failure:
             self.build_seconds = time.perf_counter() - started
@@ -206,6 +235,8 @@ class EvaluationRun:
         for kind in KINDS[self.config.baseline]:
             cached = self.cached_baselines(kind, workloads) if self.config.reuse_baselines else {}
             missing = [w for w in workloads if cached.get(w.uuid) is None]
+            if missing and kind != KINDS[self.config.baseline][-1]:
+                self.prepare_workers(2)  # the next kind's worker starts while this one times
             results = self.time_reference(kind, missing, report).results if missing else {}
             measured.update(results)
             for workload in workloads:
@@ -219,24 +250,79 @@ class EvaluationRun:
         """Time the reference as baseline `kind` in a fresh worker; cache every passing time."""
         report(f"timing the reference ({kind}) on {len(workloads)} workloads")
         plan = replace(self.plan, rounds=BASELINE_ROUNDS, verify=BASELINE_VERIFY)
-        run = self.supervisor.run(kind, None, None, plan, workloads, _silent)
-        cache = BaselineCache(self.cache_dir / "baselines.jsonl")
-        for workload in workloads:
-            median_ms = _median_if_passed(run.results[workload.uuid])
-            if median_ms is not None:
-                cache.put(*self._cache_key(workload, kind), median_ms=median_ms)
+        with phase(kind, group=True):
+            run = self.supervisor.run(kind, None, None, plan, workloads, _silent)
+        with phase("baseline_store"):
+            cache = BaselineCache(self.cache_dir / "baselines.jsonl")
+            for workload in workloads:
+                median_ms = _median_if_passed(run.results[workload.uuid])
+                if median_ms is not None:
+                    cache.put(*self._cache_key(workload, kind), median_ms=median_ms)
         return run
 
     def cached_baselines(self, kind: str, workloads: list[Workload]) -> dict[str, float | None]:
-        cache = BaselineCache(self.cache_dir / "baselines.jsonl")
-        return {w.uuid: cache.get(self._cache_key(w, kind)[0]) for w in workloads}
+        with phase("baseline_store"):
+            cache = BaselineCache(self.cache_dir / "baselines.jsonl")
+            return {w.uuid: cache.get(self._cache_key(w, kind)[0]) for w in workloads}
+
+    def speed_of_light(self, workload: Workload) -> SpeedOfLight | str:
+        """T_SOL and the floor of `workload` on this run's profile: analysed once (tracing
+        the reference costs seconds) and kept in the signed store beside the baselines, since
+        the floor decides what is a REWARD_HACK."""
+        with phase("sol"):
+            store = BaselineCache(self.cache_dir / "sol.jsonl", value="t_sol_ms")
+            material = {"definition": self.problem.definition.to_dict(),
+                        "workload": workload.to_dict(), "profile": repr(self.profile),
+                        "analysis": _analysis_version()}
+            key = hashlib.sha256(json.dumps(material, sort_keys=True, default=str)
+                                 .encode()).hexdigest()
+            entry = store.entries().get(key)
+            if entry is not None:
+                return SpeedOfLight(entry["t_sol_ms"], entry["floor_ms"], entry["bound"],
+                                    entry["hardware"])
+            found = speed_of_light(self.problem, workload, self.profile)
+            if isinstance(found, SpeedOfLight):
+                store.write([{"key": key, **asdict(found)}])
+            return found
+
+    def stored_reference_traces(self, kind: str) -> list[Trace] | None:
+        """The traces of baseline `kind` on every selected workload from the baseline store,
+        or None when one is missing: a warm bench times no baseline again."""
+        with phase("baseline_store"):
+            entries = BaselineCache(self.cache_dir / "baselines.jsonl").entries()
+            found = [entries.get(self._cache_key(w, kind)[0], {}).get("trace")
+                     for w in self.workloads]
+            if not all(isinstance(t, dict) for t in found):
+                return None
+            try:
+                return [Trace.from_dict(t) for t in found]
+            except (KeyError, TypeError, ValueError):
+                return None
+
+    def store_reference_traces(self, kind: str, traces: list[Trace]) -> None:
+        """Keep each passing baseline trace beside its time in the store."""
+        with phase("baseline_store"):
+            cache = BaselineCache(self.cache_dir / "baselines.jsonl")
+            entries = []
+            for workload, trace in zip(self.workloads, traces):
+                if trace.evaluation.status is Status.PASSED and trace.evaluation.timing:
+                    key, description = self._cache_key(workload, kind)
+                    entries.append({"key": key, "median_ms": trace.evaluation.timing.median_ms,
+                                    **description, "trace": trace.to_dict()})
+            cache.write(entries)
 
     def _cache_key(self, workload: Workload, kind: str) -> tuple[str, dict[str, object]]:
         return cache_key(self.problem, workload, kind, self._cache_context())
 
     def _cache_context(self) -> dict[str, object]:
-        return {"method": self.timing_method, "warmup": self.plan.warmup,
-                "iterations": self.plan.iterations, "hardware": self.environment.hardware,
+        if self._machine is None:
+            found = run_environment(self.device) if self.device.type == "cuda" else {}
+            self._machine = {"driver": found.get("driver"),
+                             "max_sm_clock_mhz": found.get("max_sm_clock_mhz")}
+        return {**self._machine, "method": self.timing_method, "warmup": self.plan.warmup,
+                "iterations": self.plan.iterations,
+                "min_iterations": self.plan.min_iterations,
+                "hardware": self.environment.hardware,
                 "libs": self.environment.libs}
 
     def evaluation(self, result: WorkloadResult, sol: SpeedOfLight | str,
@@ -291,6 +377,17 @@ class EvaluationRun:
 _WITH_CORRECTNESS = (Status.PASSED, Status.INCORRECT_NUMERICAL)
 
 
+@functools.cache
+def _analysis_version() -> str:
+    """A digest of the analysis code (solar/, sol.py): a changed analysis is a new T_SOL."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted([*(root / "solar").glob("*.py"), root / "harness" / "sol.py",
+                        *(root / "hardware").glob("*.py")]):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def _check_choices(config: EvalConfig) -> None:
     if config.baseline not in BASELINES:
         raise SolforgeError(f"unknown baseline {config.baseline!r} "
@@ -303,10 +400,13 @@ def _check_choices(config: EvalConfig) -> None:
 def _plan(config: EvalConfig, device: torch.device) -> Plan:
     rounds, warmup, iterations, verify = DEFAULTS[device.type]
     secret = draw_secret() if config.secret is None else config.secret
+    most = config.iterations or iterations
+    fewest = (MIN_ITERATIONS[device.type] if config.min_iterations is None
+              else config.min_iterations)
     return Plan(SeedPlan(secret, config.seed), config.rounds or rounds,
-                warmup if config.warmup is None else config.warmup,
-                config.iterations or iterations,
-                verify if config.verify is None else config.verify)
+                warmup if config.warmup is None else config.warmup, most,
+                verify if config.verify is None else config.verify,
+                min_iterations=fewest if 0 < fewest < most else 0)
 
 
 def _median_if_passed(result: WorkloadResult) -> float | None:

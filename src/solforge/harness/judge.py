@@ -61,8 +61,9 @@ class Plan:
     seeds: SeedPlan
     rounds: int
     warmup: int
-    iterations: int
+    iterations: int  # the timed calls; with min_iterations > 0, the most
     verify: int  # timed outputs compared per workload
+    min_iterations: int = 0  # > 0: the worker stops once the median is known (timing.py)
 
 
 class InputFailure(Exception):
@@ -170,13 +171,22 @@ class Judge:
         """Hand over each call's inputs, take its outputs, compare the secretly chosen ones."""
         uuid = self.workload.uuid
         total = self.plan.warmup + self.plan.iterations
-        chosen = set(_RANDOM.sample(range(total), min(self.plan.verify, total)))
+        fewest = self.plan.warmup + (self.plan.min_iterations or self.plan.iterations)
+        chosen = _secret_choice(fewest, total, self.plan.verify)
         brackets_ms = []
         failed: Comparison | None = None
+        meta = None
         for i in range(total):
             seed = self.plan.seeds.seed(uuid, CALL, i)
             sent = self._hand_over(protocol.CALL_PHASE, i, seed)
-            frame = self._expect(protocol.CALL_OUTPUT)
+            frame = self._expect(protocol.CALL_OUTPUT, protocol.TIMING)
+            if frame.kind == protocol.TIMING:  # the worker's stop rule ended the loop
+                self._require(i >= fewest, f"the timed loop stopped after {i} of at least "
+                                           f"{fewest} calls")
+                meta = frame.meta
+                self.oracle.forget(self.workload, seed)  # handed over, never called
+                chosen &= set(range(i))
+                break
             brackets_ms.append((time.monotonic() - sent) * 1e3)
             self._require(frame.meta.get("iteration") == i, f"output of call {i} missing")
             if i not in chosen:
@@ -185,7 +195,8 @@ class Judge:
                 verdict = self._compare(frame.values, seed)
                 if not verdict.passed:
                     failed = _timed_failure(verdict, i)
-        meta = self._expect(protocol.TIMING).meta
+        if meta is None:
+            meta = self._expect(protocol.TIMING).meta
         self._expect(protocol.WORKLOAD_DONE)
         if failed is not None:
             return WorkloadResult(uuid, failed.status, failed.message, failed.correctness)
@@ -217,6 +228,15 @@ class Judge:
     def _require(self, condition: bool, what: str) -> None:
         if not condition:
             raise WorkerLost(Status.RUNTIME_ERROR, f"protocol broken: {what}")
+
+
+def _secret_choice(fewest: int, total: int, verify: int) -> set[int]:
+    """The calls whose outputs are compared: `verify` of the first `fewest` (which always run),
+    and each later call (run only if the stop rule has not ended the loop) with the same odds,
+    so no call is known to go unchecked."""
+    chosen = set(_RANDOM.sample(range(fewest), min(verify, fewest)))
+    odds = min(verify, total) / total if total else 0.0
+    return chosen | {i for i in range(fewest, total) if _RANDOM.random() < odds}
 
 
 def recompute_timing(meta: dict[str, Any], brackets_ms: list[float]) -> Timing:

@@ -29,8 +29,16 @@ from solforge.harness.channel import (
     FrameWriter,
 )
 from solforge.harness.output_log import OutputLog
-from solforge.harness.process import describe_exit, kill_group, python_command, start
+from solforge.harness.phases import switch
+from solforge.harness.pool import PLACE, Spawned, spawn
+from solforge.harness.process import describe_exit, kill_group
 from solforge.harness.protocol import WorkerConfig
+
+# The phase (phases.py) a workload is in after the driver sends / receives a frame kind.
+_PHASE_AFTER_SENT = {protocol.START: "correctness", protocol.TIME: "timing",
+                     protocol.SKIP: None}
+_PHASE_AFTER_RECEIVED = {protocol.TIMING: "verify", protocol.WORKLOAD_DONE: None,
+                         protocol.FAILURE: None}
 
 
 class WorkerLost(Exception):
@@ -49,23 +57,25 @@ class Limits:
 
 class WorkerSession:
     def __init__(self, config: WorkerConfig, limits: Limits, env: dict[str, str],
-                 cwd: Path) -> None:
+                 cwd: Path, spawned: Spawned | None = None) -> None:
+        """Drive `spawned` (a worker started ahead, see pool.py) or a worker started now."""
         self.limits = limits
         key = secrets.token_bytes(32)
-        result_read, result_write = os.pipe()
-        command_read, command_write = os.pipe()
-        argv = python_command("solforge.harness.worker", str(result_write), str(command_read))
-        self.process = start(argv, env, cwd, pass_fds=(result_write, command_read))
-        os.close(result_write)
-        os.close(command_read)
-        self._fds = (result_read, command_write)
+        spawned = spawned or spawn(env)
+        self.process = spawned.process
+        self._fds = (spawned.result_fd, spawned.command_fd)
         self.log = OutputLog(self.process.stdout)
-        self.reader = FrameReader(result_read, key)
-        self.writer = FrameWriter(command_write, key)
+        self.reader = FrameReader(spawned.result_fd, key)
+        self.writer = FrameWriter(spawned.command_fd, key)
         keyed = replace(config, key_hex=key.hex())
-        self._guarded(FrameWriter(command_write, b"").send, protocol.CONFIG, keyed.to_dict())
+        unkeyed = FrameWriter(spawned.command_fd, b"")
+        self._guarded(unkeyed.send, PLACE, {"cwd": str(cwd)})
+        self._guarded(FrameWriter(spawned.command_fd, b"").send, protocol.CONFIG,
+                      keyed.to_dict())
 
     def send(self, kind: str, meta: dict | None = None, values: list | tuple = ()) -> None:
+        if kind in _PHASE_AFTER_SENT:
+            switch(_PHASE_AFTER_SENT[kind])
         self._guarded(self.writer.send, kind, meta, values)
 
     def receive(self, deadline: float, max_payload: int, waiting_for: str) -> Frame:
@@ -81,6 +91,8 @@ class WorkerSession:
         except ChannelForged as exc:
             raise WorkerLost(Status.REWARD_HACK, f"result channel tampered with: {exc}") from None
         self._check_flood()
+        if frame.kind in _PHASE_AFTER_RECEIVED:
+            switch(_PHASE_AFTER_RECEIVED[frame.kind])
         return frame
 
     def _poll(self) -> None:
@@ -112,6 +124,7 @@ class WorkerSession:
 
     def close(self) -> None:
         """Kill the worker's process group (nothing it could still send is wanted)."""
+        switch(None)
         kill_group(self.process)
         self.log.wait(1)
         for fd in self._fds:

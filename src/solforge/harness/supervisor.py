@@ -21,9 +21,12 @@ from solforge.data.solution import Solution
 from solforge.data.trace import Status, parse_status
 from solforge.data.workload import Workload
 from solforge.harness import protocol
+from solforge.harness.baseline import KEY_ENV
 from solforge.harness.build import Build
 from solforge.harness.judge import Judge, Plan, WorkloadResult
 from solforge.harness.oracle import ReferenceOracle
+from solforge.harness.phases import phase, record
+from solforge.harness.pool import shared_pool
 from solforge.harness.process import python_env
 from solforge.harness.protocol import WorkerConfig
 from solforge.harness.session import Limits, WorkerLost, WorkerSession
@@ -57,12 +60,15 @@ class Supervisor:
         logs: list[str] = []
         restarts = 0
         while pending:
+            env = self._env()
             session = WorkerSession(self._config(role, solution, build, plan), self.limits,
-                                    self._env(), build.folder if build else self.workdir)
+                                    env, build.folder if build else self.workdir,
+                                    shared_pool().take(env))
             try:
                 ended = self._drive(session, plan, pending, results, report)
             finally:
-                session.close()
+                with phase("worker_close"):
+                    session.close()
                 logs.append(session.log.text())
             if ended is None:
                 break
@@ -79,11 +85,12 @@ class Supervisor:
                results: dict[str, WorkloadResult], report: Progress) -> WorkloadResult | None:
         """Evaluate workloads until none are left (None) or the worker is gone (its result)."""
         try:
-            _await_ready(session, self.limits.setup_timeout_s)
+            with phase("worker_wait"):
+                _await_ready(session, self.limits.setup_timeout_s)
         except WorkerLost as lost:
             _finish_all(pending, results, lost.status, lost.message)
             return None
-        judge = Judge(session, self.oracle, plan, self.limits.workload_timeout_s)
+        judge = Judge(session, TimedOracle(self.oracle), plan, self.limits.workload_timeout_s)
         while pending:
             workload = pending.pop(0)
             report(f"{workload.uuid[:8]} running")
@@ -114,18 +121,45 @@ class Supervisor:
             module_name=build.module_name if build else None,
             destination_passing_style=candidate and solution.destination_passing_style,
             preload=preload, timing_method=self.timing_method, warmup=plan.warmup,
-            iterations=plan.iterations, flush_bytes=None,
+            iterations=plan.iterations, min_iterations=plan.min_iterations, flush_bytes=None,
             retain_bytes=_retain_bytes(self.device))
 
     def _env(self) -> dict[str, str]:
-        env = python_env(dict(os.environ))
-        env["PYTHONUNBUFFERED"] = "1"
-        env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # no compile-worker pool in the worker
-        if self.device.type == "cpu":
-            env["TRITON_INTERPRET"] = "1"  # read when triton is imported, in the worker
-        else:
-            env.pop("TRITON_INTERPRET", None)
-        return env
+        return worker_env(self.device.type)
+
+    def prepare_workers(self, count: int) -> None:
+        """Have `count` workers of this runner waiting, to be taken by later `run`s (each by
+        one; see pool.py)."""
+        shared_pool().prepare(self._env(), count)
+
+
+class TimedOracle:
+    """The driver's oracle with each reference computation timed as phase `reference`."""
+
+    def __init__(self, oracle: ReferenceOracle) -> None:
+        self.oracle = oracle
+        self.problem = oracle.problem
+        self.device = oracle.device
+
+    def output_shapes(self, workload: Workload) -> dict[str, tuple[int, ...] | None]:
+        return self.oracle.output_shapes(workload)
+
+    def expected(self, workload: Workload, seed: int) -> list:
+        with phase("reference"):
+            return self.oracle.expected(workload, seed)
+
+
+def worker_env(device_type: str) -> dict[str, str]:
+    """The environment of a worker process on a device type."""
+    env = python_env(dict(os.environ))
+    env.pop(KEY_ENV, None)  # where the baseline store's key is: none of the worker's business
+    env["PYTHONUNBUFFERED"] = "1"
+    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # no compile-worker pool in the worker
+    if device_type == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # read when triton is imported, in the worker
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    return env
 
 
 def _await_ready(session: WorkerSession, timeout_s: float) -> None:
@@ -136,6 +170,9 @@ def _await_ready(session: WorkerSession, timeout_s: float) -> None:
         raise WorkerLost(parse_status(frame.meta.get("status")), str(frame.meta.get("message", "")))
     if frame.kind != protocol.READY:
         raise WorkerLost(Status.RUNTIME_ERROR, f"protocol broken: {frame.kind} before ready")
+    seconds = frame.meta.get("import_seconds")
+    if isinstance(seconds, (int, float)):
+        record("candidate_import", float(seconds))
 
 
 def _finish_all(pending: list[Workload], results: dict[str, WorkloadResult], status: Status,

@@ -44,7 +44,7 @@ from solforge.harness import handover, protocol
 from solforge.harness.channel import Frame, FrameReader, FrameWriter
 from solforge.harness.guards import Guards, Violation
 from solforge.harness.protocol import WorkerConfig
-from solforge.measure.timing import ForgedRange, Timing, TimingError, time_iterations
+from solforge.measure.timing import ForgedRange, StopRule, Timing, TimingError, time_iterations
 from solforge.problem.outputs import OutputMismatch, as_output_list
 from solforge.problem.problem import Problem, load_problem, tensor_shape
 from solforge.problem.reference import load_reference_module
@@ -319,15 +319,23 @@ class Worker:
         return OutputBuffers(tensors, [t.data_ptr() for t in tensors])
 
     def _time(self, calls: TimedCalls) -> Timing:
+        minimum = self.config.min_iterations
         try:
-            return time_iterations(calls.run, self.config.iterations, self.config.warmup,
-                                   method=self.config.timing_method,
-                                   flush_bytes=self.config.flush_bytes,
-                                   before_iteration=calls.before, after_iteration=calls.after)
+            timing = time_iterations(calls.run, self.config.iterations, self.config.warmup,
+                                     method=self.config.timing_method,
+                                     flush_bytes=self.config.flush_bytes,
+                                     before_iteration=calls.before, after_iteration=calls.after,
+                                     stop=StopRule(minimum) if minimum > 0 else None)
         except ForgedRange as exc:
             raise CandidateFault(Status.REWARD_HACK, f"timing: {exc}") from None
         except TimingError as exc:
             raise CandidateFault(Status.RUNTIME_ERROR, f"timing failed: {exc}") from None
+        ran = self.config.warmup + len(timing.times_ms)
+        if ran < self.config.warmup + self.config.iterations:
+            # Stopped early: the driver handed over one more call's inputs with the last
+            # outputs it took; they go unused.
+            self.receive_inputs(calls.workload, protocol.CALL_PHASE, ran)
+        return timing
 
     def _check_guards(self, when: str, fatal: bool = False, children: bool = True) -> None:
         check = self.guard_check

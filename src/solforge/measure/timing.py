@@ -115,19 +115,105 @@ def l2_flush_buffer(l2_bytes: int, device: torch.device | str | int) -> torch.Te
     return _flush_buffer(2 * l2_bytes, device)
 
 
+@dataclass(frozen=True)
+class StopRule:
+    """Time until the median is known well enough: at least `min_iterations`, then until the
+    distribution-free confidence interval of the median (at `z`, 1.96: 95%) has a half-width
+    of at most `rel_halfwidth` of the median, never past the cap (the `iterations` asked for).
+    Checked every `chunk` iterations."""
+
+    min_iterations: int = 20
+    rel_halfwidth: float = 0.01
+    chunk: int = 10
+    z: float = 1.96
+
+
+def median_halfwidth(times_ms: Sequence[float], z: float = 1.96) -> float:
+    """Relative half-width of the order-statistic confidence interval of the median.
+
+    With n samples, the ranks (n - z*sqrt(n))/2 and 1 + (n + z*sqrt(n))/2 bound the median at
+    confidence ~Phi(z) whatever the distribution (the count below the median is
+    Binomial(n, 1/2)); half their distance over the median is the relative precision."""
+    n = len(times_ms)
+    if n < 2:
+        return math.inf
+    ordered = sorted(times_ms)
+    reach = z * math.sqrt(n) / 2
+    low = max(0, math.floor(n / 2 - reach) - 1)
+    high = min(n - 1, math.ceil(n / 2 + reach))
+    median = float(np.median(ordered))
+    if median <= 0:
+        return 0.0 if ordered[high] == ordered[low] else math.inf
+    return (ordered[high] - ordered[low]) / 2 / median
+
+
+def enough_iterations(times_ms: Sequence[float], rule: StopRule, cap: int) -> bool:
+    """The loop-termination decision: stop once the median is known to `rule`, or at `cap`."""
+    if len(times_ms) >= cap:
+        return True
+    if len(times_ms) < rule.min_iterations:
+        return False
+    return median_halfwidth(times_ms, rule.z) <= rule.rel_halfwidth
+
+
 def time_iterations(run_iteration: Callable[[int], None], iterations: int, warmup: int,
                     method: str = "kernel", flush_bytes: int | None = None,
                     before_iteration: Callable[[int], None] | None = None,
-                    after_iteration: Callable[[int], None] | None = None) -> Timing:
-    """Time `iterations` calls after `warmup` untimed ones.
+                    after_iteration: Callable[[int], None] | None = None,
+                    stop: StopRule | None = None) -> Timing:
+    """Time `iterations` calls after `warmup` untimed ones; with `stop`, as few as its rule
+    allows and at most `iterations` (the timed calls come in chunks, each timed like a whole
+    run: a profiler session per chunk for "kernel").
 
-    `run_iteration(i)` and `before_iteration(i)` get i = 0 .. warmup + iterations - 1 (warm-up
-    first), so every call can have its own inputs. `flush_bytes` is the size of the buffer
-    written before each iteration: None means twice the device's L2 on CUDA and no flush on the
-    CPU; 0 means no flush (warm-cache timing). `after_iteration(i)` runs right after call i's
-    time is taken (after its device-wide synchronize on the GPU): the harness hands the outputs
-    over there, the moment the call has returned.
+    `run_iteration(i)` and `before_iteration(i)` get i = 0 .. warmup + n - 1 (warm-up first,
+    n = the timed count), so every call can have its own inputs. `flush_bytes` is the size of
+    the buffer written before each iteration: None means twice the device's L2 on CUDA and no
+    flush on the CPU; 0 means no flush (warm-cache timing). `after_iteration(i)` runs right
+    after call i's time is taken (after its device-wide synchronize on the GPU): the harness
+    hands the outputs over there, the moment the call has returned.
     """
+    if stop is None or stop.min_iterations >= iterations:
+        return _time_fixed(run_iteration, iterations, warmup, method, flush_bytes,
+                           before_iteration, after_iteration)
+    first = max(stop.min_iterations, 1)
+    timing = _time_fixed(run_iteration, first, warmup, method, flush_bytes, before_iteration,
+                         after_iteration)
+    chunks = [timing]
+    times = list(timing.times_ms)
+    while not enough_iterations(times, stop, iterations):
+        offset = warmup + len(times)
+        count = min(stop.chunk, iterations - len(times))
+        chunk = _time_fixed(_shifted(run_iteration, offset), count, 0, method, flush_bytes,
+                            _shifted(before_iteration or _nothing, offset),
+                            _shifted(after_iteration or _nothing, offset))
+        chunks.append(chunk)
+        times += chunk.times_ms
+    return _joined(method, chunks)
+
+
+def _shifted(function: Callable[[int], None], offset: int) -> Callable[[int], None]:
+    return lambda i: function(i + offset)
+
+
+def _joined(method: str, chunks: list[Timing]) -> Timing:
+    times = [t for chunk in chunks for t in chunk.times_ms]
+    kernels = [c.kernels_per_iteration for c in chunks if c.kernels_per_iteration is not None]
+    weights = [len(c.times_ms) for c in chunks if c.kernels_per_iteration is not None]
+    per_iteration = (sum(k * w for k, w in zip(kernels, weights)) / sum(weights)
+                     if kernels else None)
+    return summarize(method, times, _range(c.sm_clock_mhz for c in chunks),
+                     _range(c.mem_clock_mhz for c in chunks), per_iteration)
+
+
+def _range(ranges) -> tuple[float, float] | None:
+    known = [r for r in ranges if r is not None]
+    return (min(r[0] for r in known), max(r[1] for r in known)) if known else None
+
+
+def _time_fixed(run_iteration: Callable[[int], None], iterations: int, warmup: int,
+                method: str, flush_bytes: int | None,
+                before_iteration: Callable[[int], None] | None,
+                after_iteration: Callable[[int], None] | None = None) -> Timing:
     if method not in METHODS:
         raise TimingError(f"unknown timing method {method!r} (methods: {', '.join(METHODS)})")
     if iterations < 1 or warmup < 0:

@@ -77,6 +77,7 @@ class Outcome:
     error: str | None = None  # a SolforgeError: bad problem, solution or configuration
     where: str = ""  # the slot it ran in, when only that process knows (a Ray node and GPU)
     seconds: float = 0.0  # wall time of the evaluation inside that process
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)  # harness/phases.py
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class TaskResult:
     error: str | None = None  # the unit could not run at all; no traces
     lost: str | None = None  # why the process died on the last attempt; traces are failures
     build_seconds: float | None = None  # the compile step, when it ran as its own task
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)  # where `seconds` went
 
 
 @dataclass(frozen=True)
@@ -212,17 +214,27 @@ class TaskRunner(ABC):
         self.close()
 
     def _fill(self) -> None:
+        """Start waiting attempts, in order, skipping those not ready (`_ready`)."""
         limit = self._in_flight_limit
         while self._waiting and (limit is None or self._running < limit):
-            self._start(self._waiting.popleft())
+            attempt = next((a for a in self._waiting if self._ready(a)), None)
+            if attempt is None:
+                return
+            self._waiting.remove(attempt)
+            self._start(attempt)
             self._running += 1
+
+    def _ready(self, attempt: Attempt) -> bool:
+        """Whether an attempt can take a slot now (a runner compiling ahead says no until its
+        build is done)."""
+        return True
 
     def _result(self, attempt: Attempt, end: Ended) -> TaskResult:
         task = attempt.task
         if end.outcome is not None:
             outcome = end.outcome
             return TaskResult(task, outcome.traces, attempt.number, end.slot, end.seconds,
-                              outcome.error, None, end.build_seconds)
+                              outcome.error, None, end.build_seconds, outcome.phases)
         reasons = "; ".join(f"attempt {number}: {reason}" for number, reason
                             in enumerate([*attempt.reasons, end.reason], start=1))
         message = f"the process evaluating this unit died on every attempt ({reasons})"

@@ -5,6 +5,17 @@ in CPU mode, one core. Each unit runs in a new interpreter (`python -m solforge.
 that lives as long as the unit: a crash, a leak or a kill -9 ends that process alone, its slot
 goes back to the pool and the unit is started again (see base.py). Inside, the harness starts
 the candidate's own worker process as it always does.
+
+A C++/CUDA solution is compiled ahead, on the CPU cores, the moment it is submitted
+(`prebuilt.build_unit` in a thread; the compiler runs in a process of its own): it takes a slot
+only once its build is in the harness cache, where its unit finds it done, and a solution that
+does not compile comes back as its failure traces without ever taking a slot. Units that are
+ready go first, so a GPU never waits on a compiler.
+
+Each slot keeps one spare unit process started ahead (`unit.py --wait`): while a unit runs, the
+next one's interpreter imports torch, initialises CUDA and pre-spawns its harness worker on the
+CPU, so the slot's next unit starts at once. A spare serves one unit, like a fresh process
+(`SOLFORGE_WORKER_POOL=0` turns spares off).
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,16 +37,23 @@ import torch
 
 from solforge.defaults import resolve_device
 from solforge.errors import SolforgeError
+from solforge.harness.pool import enabled as spares_enabled
 from solforge.harness.process import describe_exit, kill_group, python_command, python_env
 from solforge.runners.base import (
     DEFAULT_RETRIES,
     Attempt,
     Ended,
+    EvalTask,
     Outcome,
     TaskRunner,
     describe_machine,
+    failure_traces,
 )
+from solforge.runners.prebuilt import BuildRefused, build_unit, needs_build
+from solforge.runners.unit import SPAWNED_AT_ENV
 
+BUILT = -1  # on the queue of ended units: a compile ahead finished, a unit may be ready
+COMPILE_WORKERS = max(1, min(8, (os.cpu_count() or 2) // 2))  # builds ahead at once
 STOP_GRACE_S = 5.0  # after SIGTERM, a unit has this long to end its candidate's processes
 LOG_TAIL_CHARS = 2000
 
@@ -43,6 +62,15 @@ LOG_TAIL_CHARS = 2000
 class Slot:
     name: str  # "cuda:<id>" or "cpu:<n>"
     env: dict[str, str]  # what the unit's process gets on top of this process's environment
+
+
+@dataclass(frozen=True)
+class Spare:
+    """A unit process started ahead for a slot, waiting for its task on stdin."""
+
+    process: subprocess.Popen
+    number: int  # names its files
+    log_file: Path
 
 
 @dataclass(frozen=True)
@@ -109,34 +137,95 @@ class LocalRunner(TaskRunner):
         self._folder = Path(tempfile.mkdtemp(prefix="solforge-units-"))  # mode 0700
         self._ended: queue.Queue[int] = queue.Queue()
         self._units: dict[int, RunningUnit] = {}
+        self._spares: dict[int, Spare] = {}  # slot -> its spare
         self._started = 0
+        self._device_type = requested.type
+        self._compiler = ThreadPoolExecutor(COMPILE_WORKERS, "compile-ahead")
+        self._builds: dict[int, Future] = {}  # id(attempt) -> its build ahead
+        self._refused: dict[int, tuple[Attempt, Ended]] = {}  # ended without a process
+
+    def submit(self, task: EvalTask) -> None:
+        attempt = Attempt(task)
+        if needs_build(task):
+            future = self._compiler.submit(build_unit, task)
+            future.add_done_callback(lambda _: self._ended.put(BUILT))
+            self._builds[id(attempt)] = future
+        self._waiting.append(attempt)
+        self._fill()
+
+    def _ready(self, attempt: Attempt) -> bool:
+        future = self._builds.get(id(attempt))
+        return future is None or future.done()
 
     def _start(self, attempt: Attempt) -> None:
+        built = self._builds.pop(id(attempt), None)
+        value = built.result() if built is not None and built.exception() is None else None
+        if isinstance(value, BuildRefused):  # a compile error never takes a slot
+            traces = failure_traces(attempt.task, self.machine, value.status, value.message)
+            number = self._next_number()
+            self._refused[number] = (attempt, Ended(Outcome(traces), "", "local (compile)",
+                                                    0.0, value.seconds))
+            self._ended.put(number)
+            return
         slot = self._free.pop(0)
-        self._started += 1
-        number = self._started
-        files = [self._folder / f"{number}.{kind}" for kind in ("task", "result", "log")]
-        task_file, result_file, log_file = files
+        spare = self._spares.pop(slot, None)
+        number = spare.number if spare else self._next_number()
+        task_file, result_file, log_file = self._files(number)
         task_file.write_bytes(pickle.dumps(attempt.task))
-        env = {**python_env(dict(os.environ)), **self._slots[slot].env}
-        argv = python_command("solforge.runners.unit", str(task_file), str(result_file))
-        with log_file.open("wb") as log:
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, env=env,
-                                       start_new_session=True)
+        started = time.monotonic()
+        if spare is not None and spare.process.poll() is None:
+            process = spare.process
+            with contextlib.suppress(BrokenPipeError, OSError):
+                process.stdin.write(f"{task_file}\t{result_file}\t{time.time()}\n".encode())
+                process.stdin.close()
+        else:
+            process = self._spawn(slot, [str(task_file), str(result_file)], log_file)
         self._units[number] = RunningUnit(attempt, slot, process, task_file, result_file,
-                                          log_file, time.monotonic())
+                                          log_file, started)
         threading.Thread(target=self._watch, args=(number, process), daemon=True).start()
+        if spares_enabled():
+            spare_number = self._next_number()
+            spare_log = self._files(spare_number)[2]
+            self._spares[slot] = Spare(self._spawn(slot, ["--wait", self._device_type],
+                                                   spare_log, stdin=subprocess.PIPE),
+                                       spare_number, spare_log)
+
+    def _next_number(self) -> int:
+        self._started += 1
+        return self._started
+
+    def _files(self, number: int) -> list[Path]:
+        return [self._folder / f"{number}.{kind}" for kind in ("task", "result", "log")]
+
+    def _spawn(self, slot: int, args: list[str], log_file: Path,
+               stdin: int = subprocess.DEVNULL) -> subprocess.Popen:
+        env = {**python_env(dict(os.environ)), **self._slots[slot].env,
+               SPAWNED_AT_ENV: str(time.time())}
+        argv = python_command("solforge.runners.unit", *args)
+        with log_file.open("wb") as log:
+            return subprocess.Popen(argv, stdin=stdin, stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, start_new_session=True)
 
     def _watch(self, number: int, process: subprocess.Popen) -> None:
         process.wait()
         self._ended.put(number)
 
     def _wait_any(self, timeout: float | None) -> tuple[Attempt, Ended] | None:
-        try:
-            number = self._ended.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                number = self._ended.get(timeout=left)
+            except queue.Empty:
+                return None
+            if number == BUILT:
+                self._fill()  # a unit whose build was pending may take a free slot now
+                continue
+            if number in self._refused:
+                return self._refused.pop(number)
+            return self._end_unit(number)
+
+    def _end_unit(self, number: int) -> tuple[Attempt, Ended]:
         unit = self._units.pop(number)
         self._free.append(unit.slot)
         seconds = time.monotonic() - unit.started
@@ -149,13 +238,17 @@ class LocalRunner(TaskRunner):
     def _stop_all(self) -> None:
         """SIGTERM every unit (it closes its candidate's worker on the way out), then SIGKILL
         whatever is left after the grace period."""
-        for unit in self._units.values():
+        self._compiler.shutdown(wait=False, cancel_futures=True)
+        processes = [unit.process for unit in self._units.values()]
+        processes += [spare.process for spare in self._spares.values()]
+        for process in processes:
             with contextlib.suppress(ProcessLookupError):
-                unit.process.terminate()
+                process.terminate()  # a spare's exit kills the worker it had waiting
         deadline = time.monotonic() + STOP_GRACE_S
-        for unit in self._units.values():
+        for process in processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                unit.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            kill_group(unit.process)
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            kill_group(process)
         self._units.clear()
+        self._spares.clear()
         shutil.rmtree(self._folder, ignore_errors=True)

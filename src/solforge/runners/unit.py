@@ -9,10 +9,15 @@ retrying it would fail the same way.
 reads a pickled EvalTask and writes a pickled Outcome (the two files are the runner's own, in a
 folder only it can read). SIGTERM ends it through SystemExit, so the harness's cleanup kills
 the candidate's process group on the way out.
+
+`python -m solforge.runners.unit --wait DEVICE` is a spare started ahead of need: it imports
+everything, initialises CUDA and pre-spawns the harness worker of its first role, then reads
+its one task from stdin; it serves that unit alone and exits, like a fresh process.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import signal
 import sys
@@ -23,28 +28,65 @@ from types import FrameType
 from solforge.data.solution import parse_solution
 from solforge.errors import SolforgeError
 from solforge.harness.evaluate import evaluate, evaluate_reference
+from solforge.harness.phases import as_dict, collecting, phase, record
 from solforge.problem.suite import open_problem
 from solforge.runners.base import EvalTask, Outcome
 
+SPAWNED_AT_ENV = "SOLFORGE_UNIT_SPAWNED_AT"  # time.time() when the runner started the process
 
-def execute(task: EvalTask) -> Outcome:
-    """Evaluate one unit here; its traces, or the reason it could not run."""
+
+def execute(task: EvalTask, started_s: float = 0.0) -> Outcome:
+    """Evaluate one unit here; its traces, or the reason it could not run, with the phases
+    its time went to (`started_s`: seconds this process took to start, charged to
+    `unit_start`)."""
     start = time.perf_counter()
+    with collecting() as log:
+        record("unit_start", started_s)
+        try:
+            with phase("problem_load"):
+                problem = open_problem(task.problem)
+            if task.solution is None:
+                traces = evaluate_reference(problem, task.baseline, task.config)
+            else:
+                traces = evaluate(problem, parse_solution(task.solution), task.config)
+        except SolforgeError as exc:
+            return Outcome(error=str(exc), seconds=time.perf_counter() - start)
+    return Outcome(tuple(traces), seconds=time.perf_counter() - start,
+                   phases=as_dict(log.totals()))
+
+
+def startup_seconds() -> float:
+    """Seconds since the runner spawned this process (0 when it did not say)."""
     try:
-        problem = open_problem(task.problem)
-        if task.solution is None:
-            traces = evaluate_reference(problem, task.baseline, task.config)
-        else:
-            traces = evaluate(problem, parse_solution(task.solution), task.config)
-    except SolforgeError as exc:
-        return Outcome(error=str(exc), seconds=time.perf_counter() - start)
-    return Outcome(tuple(traces), seconds=time.perf_counter() - start)
+        return max(0.0, time.time() - float(os.environ[SPAWNED_AT_ENV]))
+    except (KeyError, ValueError):
+        return 0.0
 
 
-def main(task_file: Path, result_file: Path) -> None:
+def wait_for_task(device_type: str) -> tuple[Path, Path, float] | None:
+    """A spare unit process (`--wait DEVICE`): initialise CUDA and start a harness worker now,
+    then wait for the runner's line `TASK<TAB>RESULT<TAB>ASSIGNED_AT` on stdin (None at EOF:
+    the runner no longer needs this process). Returns the files and the seconds between the
+    assignment and now (what is left of this process's start when the task came early)."""
+    import torch
+
+    from solforge.harness.pool import shared_pool
+    from solforge.harness.supervisor import worker_env
+
+    if device_type == "cuda" and torch.cuda.is_available():
+        torch.cuda.init()
+    shared_pool().prepare(worker_env(device_type))
+    line = sys.stdin.readline().rstrip("\n")
+    if not line:
+        return None
+    task, result, assigned_at = line.split("\t")
+    return Path(task), Path(result), max(0.0, time.time() - float(assigned_at))
+
+
+def main(task_file: Path, result_file: Path, started_s: float | None = None) -> None:
     signal.signal(signal.SIGTERM, _exit_on_signal)
     task = pickle.loads(task_file.read_bytes())
-    outcome = execute(task)
+    outcome = execute(task, startup_seconds() if started_s is None else started_s)
     partial = result_file.with_suffix(".part")
     partial.write_bytes(pickle.dumps(outcome))
     partial.replace(result_file)  # a result file exists only once it is whole
@@ -55,4 +97,10 @@ def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    if sys.argv[1] == "--wait":
+        signal.signal(signal.SIGTERM, _exit_on_signal)
+        assigned = wait_for_task(sys.argv[2])
+        if assigned is not None:
+            main(*assigned)
+    else:
+        main(Path(sys.argv[1]), Path(sys.argv[2]))

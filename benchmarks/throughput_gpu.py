@@ -1,0 +1,294 @@
+"""Issue 13 on one H200: evaluation throughput, in one call of at most 9 minutes, resumable.
+
+    python benchmarks/throughput_gpu.py OUTDIR [--state DIR] [--deadline-s 540]
+        [--candidates 54] [--problems P ...] [--before 3] [--suite-sample 6]
+        [--device cuda|cpu] [--name h200]
+
+Stages; each one's result is kept in the state folder (default OUTDIR/NAME-throughput-state)
+and a later call skips the stages already there:
+1. `before`: `--before` template candidates of the first problem with pre-spawning off
+   (SOLFORGE_WORKER_POOL=0: a fresh unit process and fresh workers per candidate, the harness
+   as it was), with their phase table: the "before" column.
+2. `optimizer`: a template search (what `solforge optimize` runs) of `--candidates` spread over
+   the problems, through the local runner, one unit per GPU. GPU-machine seconds per judged
+   candidate are the gaps between consecutive results (the machine's wall time each candidate
+   costs in a queue that keeps the GPU busy); the first result of each problem also times its
+   baselines and is reported apart. The phases of every unit are summed into the table.
+3. `suite`: `solforge bench` (eager and torch.compile baselines, shipped solutions) on
+   `--suite-sample` problems spread over the suite: cold (empty baseline store), then warm (a
+   new results store, the baseline store kept). The suite's minutes are EXTRAPOLATED from the
+   sample (mean seconds per problem x the suite's problems), labelled so, with what was
+   measured. Skipped when the time left is too short.
+4. The baseline store is exported to OUTDIR/NAME-baselines.json: `solforge baselines import`
+   on a fresh machine starts it warm.
+
+Writes OUTDIR/NAME-throughput.json: `gpu_seconds_per_candidate`, `candidates`,
+`suite_cold_minutes`, `suite_warm_minutes`, `phases` (per candidate, seconds), `phases_before`,
+machine, versions, date. `--device cpu` runs every stage in CPU mode at a small size (what
+tests/test_benchmark_scripts.py runs); its numbers are CPU numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from script_common import log, recorded_environment  # noqa: E402
+
+from solforge.bench.plan import find_solutions, plan_problems, solution_folders  # noqa: E402
+from solforge.bench.run import DEFAULT_BASELINE, BenchConfig, run_bench  # noqa: E402
+from solforge.errors import SolforgeError  # noqa: E402
+from solforge.forge.loop import OptimizeConfig, Optimizer  # noqa: E402
+from solforge.harness.baseline import BaselineCache, export_baselines  # noqa: E402
+from solforge.harness.phases import format_table, merge  # noqa: E402
+from solforge.problem.suite import bundled_problem_dirs, open_problem  # noqa: E402
+from solforge.runners import TaskResult, open_runner  # noqa: E402
+from solforge.storage import open_store  # noqa: E402
+
+PROBLEMS = ("l1/rmsnorm_llama3_1_8b", "l1/softmax_llama3_1_8b_vocab", "l1/swiglu_llama3_1_8b")
+MARGIN_S = 20.0
+GOAL = {"gpu_seconds_per_candidate": 0.5, "suite_cold_minutes": 30.0, "suite_warm_minutes": 10.0}
+
+
+@dataclass(frozen=True)
+class Call:
+    out: Path
+    state: Path
+    device: str
+    name: str
+    candidates: int
+    problems: tuple[str, ...]
+    before: int
+    suite_sample: int
+    deadline: float  # time.monotonic() at which the call must have written its result
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    @property
+    def cache(self) -> Path:
+        return self.state / "cache"
+
+
+class Recording:
+    """A runner that notes each result and when it came back (what the optimizer sees is
+    unchanged)."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        self.slots = runner.slots
+        self.machine = runner.machine
+        self.results: list[tuple[float, TaskResult]] = []
+
+    def submit(self, task) -> None:
+        self.runner.submit(task)
+
+    def next_result(self, timeout: float | None = None) -> TaskResult | None:
+        result = self.runner.next_result(timeout)
+        if result is not None:
+            self.results.append((time.monotonic(), result))
+        return result
+
+
+def search(call: Call, problems: list[str], total: int, store_name: str) -> dict[str, Any]:
+    """Template searches of `total` candidates over `problems`; what each one cost."""
+    store = open_store(f"sqlite:///{call.state / store_name}")
+    per_problem = max(1, total // len(problems))
+    gaps: list[float] = []
+    first: list[float] = []
+    units: list[TaskResult] = []
+    statuses: dict[str, int] = {}
+    started = time.monotonic()
+    with open_runner("local", call.device, 1) as runner:
+        for number, address in enumerate(problems):
+            recording = Recording(runner)
+            share = (call.left() - MARGIN_S) / (len(problems) - number)  # a fair share each
+            minutes = max(share, 5.0) / 60
+            config = OptimizeConfig(budget=per_problem, minutes=minutes, device=call.device,
+                                    baseline=DEFAULT_BASELINE[call.device],
+                                    cache_dir=call.cache, ncu=False)
+            begun = time.monotonic()
+            Optimizer(open_problem(address), store, config, lambda text: None, recording,
+                      address).run()
+            times = [begun] + [at for at, _ in recording.results]
+            problem_gaps = [b - a for a, b in itertools.pairwise(times)]
+            if problem_gaps:
+                first.append(problem_gaps[0])
+                gaps += problem_gaps[1:]
+            for _, result in recording.results:
+                units.append(result)
+                for trace in result.traces:
+                    name = trace.evaluation.status.value
+                    statuses[name] = statuses.get(name, 0) + 1
+            log(f"{address}: {len(recording.results)} candidates in "
+                f"{time.monotonic() - begun:.1f} s")
+            if call.left() < MARGIN_S:
+                log("stopping the search: the call's time is up")
+                break
+    judged = len(units)
+    wall = time.monotonic() - started
+    table = merge([result.phases for result in units])
+    return {
+        "candidates": judged, "problems": problems[:len(first)],
+        "wall_seconds": round(wall, 2),
+        "seconds_per_candidate_median": _round(statistics.median(gaps) if gaps else None),
+        "seconds_per_candidate_mean": _round(wall / judged if judged else None),
+        "first_candidate_seconds": [round(s, 2) for s in first],
+        "unit_seconds_median": _round(statistics.median(r.seconds for r in units)
+                                      if units else None),
+        "trace_statuses": statuses,
+        "phases": _per_candidate(table, judged),
+        "phases_table": format_table(table, judged),
+    }
+
+
+def suite(call: Call) -> dict[str, Any]:
+    """`solforge bench` on a sample of the suite, cold then warm; extrapolated to the suite."""
+    every = bundled_problem_dirs()
+    found = find_solutions(solution_folders([], bundled=True))
+    with_solutions = [f for f in every if f.name in found.by_definition]
+    step = max(1, len(every) // max(call.suite_sample, 1))
+    sample = list(dict.fromkeys([*with_solutions[:max(1, call.suite_sample // 3)],
+                                 *every[::step]]))[:call.suite_sample]
+    planned = plan_problems([str(f) for f in sample], found, call.device)
+    cache = call.state / "suite-cache"
+    measured = {}
+    for mode in ("cold", "warm"):
+        if call.left() < MARGIN_S + 10:
+            log(f"suite {mode}: skipped, {call.left():.0f} s left")
+            break
+        config = BenchConfig(device=call.device, baseline=DEFAULT_BASELINE[call.device],
+                             cache_dir=cache, command=f"benchmarks/throughput_gpu.py ({mode})")
+        began = time.monotonic()
+        outcome = run_bench(planned, open_store(f"sqlite:///{call.state / f'suite-{mode}.db'}"),
+                            config)
+        seconds = time.monotonic() - began
+        measured[mode] = {"seconds": round(seconds, 2), "traces": outcome.measured,
+                          "failures": list(outcome.failures)}
+        log(f"suite {mode}: {len(planned)} problems in {seconds:.1f} s")
+    scale = len(every) / len(planned)
+    return {
+        "sample": [p.address for p in planned], "suite_problems": len(every),
+        "measured": measured,
+        "extrapolated": True,
+        "how": f"mean seconds per problem over the {len(planned)} sampled problems x "
+               f"{len(every)} problems",
+        "cold_minutes": _round(measured["cold"]["seconds"] * scale / 60
+                               if "cold" in measured else None),
+        "warm_minutes": _round(measured["warm"]["seconds"] * scale / 60
+                               if "warm" in measured else None),
+    }
+
+
+def stage(call: Call, name: str, work) -> dict[str, Any] | None:
+    """Run a stage unless its result is in the state folder; None when it did not finish."""
+    path = call.state / f"{name}.json"
+    if path.is_file():
+        log(f"{name}: done in an earlier call")
+        return json.loads(path.read_text())
+    if call.left() < MARGIN_S + 10:
+        log(f"{name}: not started, {call.left():.0f} s left; run the same command again")
+        return None
+    log(f"{name}: starting ({call.left():.0f} s left)")
+    result = work()
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def before(call: Call) -> dict[str, Any]:
+    """The first problem's search with pre-spawning off: the harness as it was."""
+    os.environ["SOLFORGE_WORKER_POOL"] = "0"
+    try:
+        return search(call, [call.problems[0]], call.before, "before.db")
+    finally:
+        del os.environ["SOLFORGE_WORKER_POOL"]
+
+
+def run(call: Call) -> dict[str, Any]:
+    call.state.mkdir(parents=True, exist_ok=True)
+    old = stage(call, "before", lambda: before(call)) if call.before else None
+    now = stage(call, "optimizer", lambda: search(call, list(call.problems), call.candidates,
+                                                   "forge.db"))
+    sampled = stage(call, "suite", lambda: suite(call)) if call.suite_sample else None
+    exported = call.out / f"{call.name}-baselines.json"
+    count = 0
+    for folder in (call.cache, call.state / "suite-cache"):
+        if (folder / "baselines.jsonl").is_file():
+            count = export_baselines(BaselineCache(folder / "baselines.jsonl"), exported)
+    record = {
+        "what": "evaluation throughput on one GPU: seconds per judged optimizer candidate, the "
+                "suite's minutes, and where the time goes",
+        "date": datetime.date.today().isoformat(),
+        "device": call.device,
+        "environment": recorded_environment(call.device),
+        "gpu_seconds_per_candidate": now and now["seconds_per_candidate_median"],
+        "candidates": now and now["candidates"],
+        "suite_cold_minutes": sampled and sampled["cold_minutes"],
+        "suite_warm_minutes": sampled and sampled["warm_minutes"],
+        "suite_extrapolated": bool(sampled),
+        "phases": now and now["phases"],
+        "phases_before": old and old["phases"],
+        "seconds_per_candidate_before": old and old["seconds_per_candidate_median"],
+        "goal": GOAL,
+        "optimizer": now, "before": old, "suite": sampled,
+        "baselines_exported": {"file": exported.name, "entries": count} if count else None,
+        "complete": all(x is not None for x in (now, sampled if call.suite_sample else 1,
+                                                 old if call.before else 1)),
+    }
+    target = call.out / f"{call.name}-throughput.json"
+    target.write_text(json.dumps(record, indent=1) + "\n")
+    log(f"wrote {target}" + ("" if record["complete"] else " (incomplete: run it again)"))
+    if now:
+        print(now["phases_table"], flush=True)
+    return record
+
+
+def _per_candidate(table: dict[str, dict[str, float]], count: int) -> dict[str, float]:
+    return {name: round(entry["seconds"] / max(count, 1), 4) for name, entry in table.items()}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--state", type=Path, default=None)
+    parser.add_argument("--deadline-s", type=float, default=540.0)
+    parser.add_argument("--candidates", type=int, default=54)
+    parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
+    parser.add_argument("--before", type=int, default=3)
+    parser.add_argument("--suite-sample", type=int, default=6)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--name", default="h200")
+    args = parser.parse_args(argv)
+    if args.candidates < 1 or args.before < 0 or args.suite_sample < 0:
+        raise SystemExit("--candidates must be >= 1, --before and --suite-sample >= 0")
+    try:
+        for address in args.problems:
+            open_problem(address)
+    except SolforgeError as exc:
+        raise SystemExit(str(exc)) from None
+    args.out.mkdir(parents=True, exist_ok=True)
+    call = Call(args.out, args.state or args.out / f"{args.name}-throughput-state",
+                args.device, args.name, args.candidates, tuple(args.problems), args.before,
+                args.suite_sample, time.monotonic() + args.deadline_s)
+    run(call)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Where an evaluation's time goes: named phases, timed by the driver and summed per evaluation.
+
+A phase is timed with `with phase("build"): ...`, or switched with `switch("timing")` where the
+protocol, not a block, marks its edges (the driver's frames to the worker). Phases nest; each
+records its *exclusive* time (its children are subtracted), so the table adds up to the wall
+time it covers. Recording goes to the `PhaseLog` that `collecting()` made current; without one
+every call is a no-op, so instrumented code costs nothing when nobody asks.
+
+The phases the harness records (seconds, wall clock, in the process that drives the unit):
+- `unit_start`: a unit's process from spawn to its first line of work (interpreter + imports).
+- `worker_wait`: waiting for a worker's READY: interpreter start, `import torch`, CUDA init and
+  the candidate's import, minus whatever a pre-spawned worker did before it was needed.
+- `candidate_import`: the candidate's import inside the worker (its READY reports it).
+- `build`: compiling the solution (C++/CUDA) in its own process.
+- `correctness`: the correctness rounds (worker calls plus frames), `reference` excluded.
+- `reference`: the driver computing reference outputs (rounds and re-checked timed calls).
+- `timing`: the timed loop (warm-up, L2 flushes, the calls, seed requests).
+- `verify`: shipping and re-checking the chosen timed outputs, `reference` excluded.
+- `eager/...`, `compile/...`: timing the reference as a baseline, by the phases above
+  (`compile/correctness` holds torch.compile's own compile, in the first round).
+- `baseline_lookup`: reading the baseline store; `sol`: T_SOL analysis of the workloads.
+- `worker_close`: killing and reaping a worker; `store_write`: saving traces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PhaseTotal:
+    """Exclusive seconds spent in one named phase, over `count` entries."""
+
+    name: str
+    seconds: float
+    count: int
+
+
+class PhaseLog:
+    """Exclusive time per phase name; a stack tracks nesting."""
+
+    def __init__(self) -> None:
+        self._seconds: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+        self._stack: list[list] = []  # [name, start, child seconds, switched, group]
+
+    def enter(self, name: str, switched: bool = False, group: bool = False) -> None:
+        """Open `name`; inside a group phase it is recorded as `group/name`."""
+        outer = next((entry[0] for entry in reversed(self._stack) if entry[4]), None)
+        full = f"{outer}/{name}" if outer else name
+        self._stack.append([full, time.perf_counter(), 0.0, switched, group])
+
+    def exit(self) -> None:
+        name, start, children, _, _ = self._stack.pop()
+        elapsed = time.perf_counter() - start
+        self.add(name, elapsed - children)
+        if self._stack:
+            self._stack[-1][2] += elapsed
+
+    def switch(self, name: str | None) -> None:
+        """End the open switched phase (if it is innermost) and start `name` (None: none)."""
+        if self._stack and self._stack[-1][3]:
+            self.exit()
+        if name is not None:
+            self.enter(name, switched=True)
+
+    def record(self, name: str, seconds: float) -> None:
+        """Time spent elsewhere (another process) inside the open phase: it is charged to
+        `name` and taken out of the open phase, as a nested phase would be."""
+        outer = next((entry[0] for entry in reversed(self._stack) if entry[4]), None)
+        self.add(f"{outer}/{name}" if outer else name, seconds)
+        if self._stack:
+            self._stack[-1][2] += seconds
+
+    def add(self, name: str, seconds: float, count: int = 1) -> None:
+        self._seconds[name] = self._seconds.get(name, 0.0) + max(0.0, seconds)
+        self._counts[name] = self._counts.get(name, 0) + count
+
+    def close(self) -> None:
+        """End every open phase (an evaluation interrupted by an error)."""
+        while self._stack:
+            self.exit()
+
+    def totals(self) -> tuple[PhaseTotal, ...]:
+        return tuple(PhaseTotal(n, s, self._counts[n]) for n, s in self._seconds.items())
+
+
+_CURRENT: ContextVar[PhaseLog | None] = ContextVar("solforge_phase_log", default=None)
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[PhaseLog]:
+    """Make a fresh PhaseLog current for the block; phases recorded inside go to it."""
+    log = PhaseLog()
+    token = _CURRENT.set(log)
+    try:
+        yield log
+    finally:
+        log.close()
+        _CURRENT.reset(token)
+
+
+@contextlib.contextmanager
+def phase(name: str, group: bool = False) -> Iterator[None]:
+    """Time the block as phase `name` in the current log (nothing without one). In a `group`
+    phase the phases opened inside are recorded as `name/inner`."""
+    log = _CURRENT.get()
+    if log is None:
+        yield
+        return
+    log.enter(name, group=group)
+    try:
+        yield
+    finally:
+        log.exit()
+
+
+def switch(name: str | None) -> None:
+    """Switch the current log's protocol-driven phase (see `PhaseLog.switch`)."""
+    log = _CURRENT.get()
+    if log is not None:
+        log.switch(name)
+
+
+def record(name: str, seconds: float) -> None:
+    """Add time measured elsewhere (another process) to the current log."""
+    log = _CURRENT.get()
+    if log is not None:
+        log.record(name, seconds)
+
+
+def as_dict(totals: tuple[PhaseTotal, ...]) -> dict[str, dict[str, float | int]]:
+    return {t.name: {"seconds": round(t.seconds, 4), "count": t.count} for t in totals}
+
+
+def merge(tables: list[Mapping[str, Mapping[str, float]]]) -> dict[str, dict[str, float]]:
+    """Sum per-unit phase tables (from `as_dict`) into one: seconds and counts per phase."""
+    merged: dict[str, dict[str, float]] = {}
+    for table in tables:
+        for name, entry in table.items():
+            into = merged.setdefault(name, {"seconds": 0.0, "count": 0})
+            into["seconds"] += float(entry["seconds"])
+            into["count"] += int(entry["count"])
+    return {n: {"seconds": round(e["seconds"], 4), "count": int(e["count"])}
+            for n, e in sorted(merged.items(), key=lambda item: -item[1]["seconds"])}
+
+
+def format_table(table: Mapping[str, Mapping[str, float]], per: int = 1) -> str:
+    """A plain-text table: phase, total seconds, share, seconds per unit (`per` units)."""
+    total = sum(float(e["seconds"]) for e in table.values()) or 1.0
+    lines = [f"{'phase':<18} {'seconds':>9} {'share':>6} {'per unit':>9}"]
+    for name, entry in table.items():
+        seconds = float(entry["seconds"])
+        lines.append(f"{name:<18} {seconds:>9.2f} {seconds / total:>6.1%} "
+                     f"{seconds / max(per, 1):>9.3f}")
+    return "\n".join(lines)

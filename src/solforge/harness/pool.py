@@ -1,0 +1,162 @@
+"""Single-use workers started ahead of need.
+
+A worker's start (a fresh interpreter, `import torch`, Triton, the CUDA context) costs seconds
+and happens before it knows anything about its candidate. So the driver starts it early: a
+pre-spawned worker imports everything, initialises CUDA, and then blocks on its command pipe.
+When a candidate needs a worker it takes a waiting one, sends it the folder to work in and its
+CONFIG, and from then on it is an ordinary worker: it serves that one candidate and is killed
+with its process group. A worker is never handed back, so isolation is what it was with a fresh
+process per candidate; only the waiting happens earlier.
+
+Workers are keyed by their environment: a waiting worker is used only by a run with exactly the
+environment it was started with (CUDA_VISIBLE_DEVICES, TRITON_INTERPRET, PYTHONPATH...).
+`SOLFORGE_WORKER_POOL=0` turns pre-spawning off (every take starts a fresh process, the same
+entry point). Waiting workers are killed when the driver exits; a driver killed outright closes
+their command pipes, and a worker whose pipe closes before its CONFIG exits.
+
+    python -m solforge.harness.pool RESULT_FD COMMAND_FD    (the worker's entry point)
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from solforge.harness.channel import FrameReader
+from solforge.harness.process import kill_group, python_command, start
+
+PLACE = "place"  # the unauthenticated first frame: the folder the worker works in
+PREWARM_ENV = "SOLFORGE_WORKER_PREWARM"  # "1": initialise CUDA and import Triton while waiting
+_FOREVER = 1e9
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """A started worker process and the driver's ends of its two pipes."""
+
+    process: subprocess.Popen
+    result_fd: int  # the driver reads results here
+    command_fd: int  # the driver writes commands here
+    started: float  # time.monotonic() at spawn
+
+    def discard(self) -> None:
+        kill_group(self.process)
+        for fd in (self.result_fd, self.command_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def spawn(env: dict[str, str]) -> Spawned:
+    """Start one worker process; it imports the harness and waits for its PLACE and CONFIG.
+    It starts in the root folder: nothing it does before PLACE depends on a folder."""
+    result_read, result_write = os.pipe()
+    command_read, command_write = os.pipe()
+    argv = python_command("solforge.harness.pool", str(result_write), str(command_read))
+    process = start(argv, {**env, PREWARM_ENV: "1"}, Path("/"),
+                    pass_fds=(result_write, command_read))
+    os.close(result_write)
+    os.close(command_read)
+    return Spawned(process, result_read, command_write, time.monotonic())
+
+
+def enabled() -> bool:
+    return os.environ.get("SOLFORGE_WORKER_POOL", "1") != "0"
+
+
+class WorkerPool:
+    """Waiting workers per environment; each is taken once."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[tuple, list[Spawned]] = {}
+        self._lock = threading.Lock()
+
+    def prepare(self, env: dict[str, str], count: int = 1) -> None:
+        """Have `count` workers waiting for `env` (start the missing ones now)."""
+        if not enabled():
+            return
+        key = _key(env)
+        with self._lock:
+            waiting = self._waiting.setdefault(key, [])
+            waiting[:] = [s for s in waiting if s.process.poll() is None]
+            while len(waiting) < count:
+                waiting.append(spawn(env))
+
+    def take(self, env: dict[str, str]) -> Spawned:
+        """A waiting worker for `env` that is still alive, or a freshly started one."""
+        with self._lock:
+            waiting = self._waiting.get(_key(env), [])
+            while waiting:
+                spawned = waiting.pop(0)
+                if spawned.process.poll() is None:
+                    return spawned
+                spawned.discard()
+        return spawn(env)
+
+    def waiting(self) -> int:
+        with self._lock:
+            return sum(len(w) for w in self._waiting.values())
+
+    def close(self) -> None:
+        """Kill every waiting worker."""
+        with self._lock:
+            for waiting in self._waiting.values():
+                for spawned in waiting:
+                    spawned.discard()
+            self._waiting.clear()
+
+
+def _key(env: dict[str, str]) -> tuple:
+    return tuple(sorted(env.items()))
+
+
+_SHARED: WorkerPool | None = None
+
+
+def shared_pool() -> WorkerPool:
+    """This process's pool (closed at exit)."""
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = WorkerPool()
+        atexit.register(_SHARED.close)
+    return _SHARED
+
+
+def _prewarm() -> None:
+    """What every worker does first anyway: Triton, the CUDA context, a first kernel and the
+    profiler's start (no candidate exists yet, so the guards' later snapshot sees this as the
+    harness's own state; the worker's own warm-up then finds it all done)."""
+    import torch
+
+    from solforge.measure.timing import time_iterations
+
+    if os.environ.get(PREWARM_ENV) != "1":
+        return
+    with contextlib.suppress(ImportError):
+        import triton  # noqa: F401
+    if torch.cuda.is_available():
+        torch.randn(1 << 16, device="cuda").sum()
+        time_iterations(lambda i: None, iterations=1, warmup=0, method="kernel")
+
+
+def main(result_fd: int, command_fd: int) -> None:
+    from solforge.harness import worker
+
+    with contextlib.suppress(Exception):  # the worker's own warm-up meets it again, and says
+        _prewarm()
+    frame = FrameReader(command_fd, b"").receive(time.monotonic() + _FOREVER)
+    if frame.kind != PLACE or not isinstance(frame.meta.get("cwd"), str):
+        raise SystemExit(f"protocol: expected {PLACE!r} first, got {frame.kind!r}")
+    os.chdir(frame.meta["cwd"])
+    worker.main(result_fd, command_fd)
+
+
+if __name__ == "__main__":
+    sys.path[:] = [p for p in sys.path if p not in ("", str(Path.cwd()))]
+    main(int(sys.argv[1]), int(sys.argv[2]))

@@ -1,0 +1,224 @@
+"""Evaluation throughput: phase timing, pre-spawned workers, the adaptive stopping rule and the
+signed baseline store (CPU; the GPU numbers come from benchmarks/throughput_gpu.py)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import random
+import time
+
+import pytest
+import torch
+from harness_corpus import HONEST, PROBLEMS, short_limits
+from typer.testing import CliRunner
+
+from solforge.cli import app
+from solforge.data.solution import load_solution
+from solforge.data.trace import Status
+from solforge.errors import SolforgeError
+from solforge.harness import phases
+from solforge.harness.baseline import BaselineCache, export_baselines, import_baselines
+from solforge.harness.evaluate import EvalConfig, evaluate
+from solforge.harness.pool import WorkerPool
+from solforge.harness.supervisor import worker_env
+from solforge.measure.timing import (
+    StopRule,
+    enough_iterations,
+    median_halfwidth,
+    time_iterations,
+)
+from solforge.problem import load_problem
+
+SMALL = PROBLEMS / "rmsnorm_small"
+KEY = bytes(range(32))
+
+
+# -- phases ------------------------------------------------------------------------------------
+
+def test_phases_are_exclusive_grouped_and_switched():
+    with phases.collecting() as log:
+        with phases.phase("outer"):
+            time.sleep(0.02)
+            with phases.phase("inner"):
+                time.sleep(0.03)
+            phases.record("elsewhere", 0.01)
+        with phases.phase("compile", group=True):
+            phases.switch("timing")
+            time.sleep(0.01)
+            phases.switch(None)
+    table = {t.name: t for t in log.totals()}
+    assert 0.03 <= table["inner"].seconds < 0.1
+    # outer's own time leaves out its child and the time recorded from another process
+    assert 0.005 <= table["outer"].seconds < table["inner"].seconds  # 0.02 - 0.01
+    assert table["elsewhere"].seconds == pytest.approx(0.01)
+    assert table["compile/timing"].seconds >= 0.01 and "timing" not in table
+    merged = phases.merge([phases.as_dict(log.totals())] * 2)
+    assert merged["inner"]["count"] == 2
+    assert "inner" in phases.format_table(merged, per=2)
+
+
+def test_phases_cost_nothing_without_a_log():
+    with phases.phase("anything"):
+        phases.switch("x")
+        phases.record("y", 1.0)  # no log: nothing happens, nothing raises
+
+
+# -- the stopping rule -------------------------------------------------------------------------
+
+def test_median_halfwidth_shrinks_with_samples_and_noise():
+    rng = random.Random(0)
+    steady = [1.0 + rng.gauss(0, 0.001) for _ in range(20)]
+    noisy = [1.0 + abs(rng.gauss(0, 0.3)) for _ in range(20)]
+    assert median_halfwidth(steady) < 0.01 < median_halfwidth(noisy)
+    rule = StopRule(min_iterations=20, rel_halfwidth=0.01)
+    assert not enough_iterations(steady[:19], rule, cap=100)  # never under the minimum
+    assert enough_iterations(steady, rule, cap=100)
+    assert not enough_iterations(noisy, rule, cap=100)
+    assert enough_iterations(noisy, rule, cap=20)  # the cap ends it
+
+
+def test_timing_stops_once_the_median_is_known():
+    calls: list[int] = []
+    rule = StopRule(min_iterations=20, chunk=5)
+    steady = time_iterations(lambda i: time.sleep(0.005), iterations=60, warmup=2,
+                             method="cpu", before_iteration=calls.append, stop=rule)
+    assert 20 <= len(steady.times_ms) < 60
+    assert calls == list(range(2 + len(steady.times_ms)))  # every call has its own index
+    rng = random.Random(1)
+    noisy = time_iterations(lambda i: time.sleep(rng.choice((0.0005, 0.004))), iterations=30,
+                            warmup=0, method="cpu", stop=rule)
+    assert len(noisy.times_ms) == 30  # never known to 1%: stopped at the cap
+    fixed = time_iterations(lambda i: None, iterations=7, warmup=1, method="cpu")
+    assert len(fixed.times_ms) == 7
+
+
+# -- the signed baseline store -----------------------------------------------------------------
+
+def test_baseline_store_ignores_unsigned_and_tampered_lines(tmp_path):
+    store = BaselineCache(tmp_path / "baselines.jsonl", KEY)
+    store.put("k1", {"definition": "p", "workload": "w", "kind": "eager"}, 2.5)
+    assert store.get("k1") == 2.5
+    with store.path.open("a") as out:  # a worker with the file but not the key
+        out.write(json.dumps({"key": "k1", "median_ms": 99.0}) + "\n")
+        forged = json.loads(store.path.read_text().splitlines()[0])
+        out.write(json.dumps({**forged, "median_ms": 50.0}) + "\n")
+    assert store.get("k1") == 2.5
+    assert BaselineCache(store.path, bytes(32)).get("k1") is None  # another key
+    assert store.get("missing") is None
+
+
+def test_baselines_export_and_import_resign_for_another_machine(tmp_path):
+    source = BaselineCache(tmp_path / "a.jsonl", KEY)
+    source.put("k1", {"definition": "p", "workload": "w1", "kind": "eager"}, 1.0)
+    source.put("k2", {"definition": "p", "workload": "w2", "kind": "compile"}, 0.5)
+    exported = tmp_path / "h200-baselines.json"
+    assert export_baselines(source, exported) == 2
+    assert "mac" not in exported.read_text()
+    target = BaselineCache(tmp_path / "b.jsonl", bytes(32))
+    assert import_baselines(target, exported) == 2
+    assert import_baselines(target, exported) == 0  # already there
+    assert target.get("k2") == 0.5
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "solforge-baselines/1",
+                               "baselines": [{"key": "x", "median_ms": -1}]}))
+    with pytest.raises(SolforgeError, match=r"baselines\[0\]"):
+        import_baselines(target, bad)
+
+
+# -- pre-spawned workers -----------------------------------------------------------------------
+
+def test_pool_hands_out_a_prepared_worker_once(monkeypatch):
+    monkeypatch.delenv("SOLFORGE_WORKER_POOL", raising=False)
+    pool = WorkerPool()
+    env = worker_env("cpu")
+    try:
+        pool.prepare(env)
+        pool.prepare(env)  # one is already waiting
+        assert pool.waiting() == 1
+        taken = pool.take(env)
+        assert taken.process.poll() is None and pool.waiting() == 0
+        fresh = pool.take(env)  # nothing waiting: a new process
+        assert fresh.process.pid != taken.process.pid
+        for spawned in (taken, fresh):
+            spawned.discard()
+            assert spawned.process.poll() is not None
+        pool.prepare(env)
+        waiting = pool._waiting[next(iter(pool._waiting))][0]
+    finally:
+        pool.close()
+    assert waiting.process.poll() is not None  # closing the pool kills the waiting ones
+    monkeypatch.setenv("SOLFORGE_WORKER_POOL", "0")
+    pool.prepare(env)
+    assert pool.waiting() == 0
+    monkeypatch.setenv("SOLFORGE_BASELINE_KEY", "/somewhere/key")
+    assert "SOLFORGE_BASELINE_KEY" not in worker_env("cpu")  # the key stays the driver's
+
+
+@pytest.mark.slow
+def test_evaluation_records_its_phases_and_times_adaptively(tmp_path, monkeypatch):
+    """End to end on the CPU: a prepared worker serves the candidate, the timed loop stops
+    between its minimum and its cap, the baseline is stored signed, and the phases of the
+    evaluation add up to most of its wall time."""
+    monkeypatch.setenv("SOLFORGE_BASELINE_KEY", str(tmp_path / "key"))
+    solution = load_solution(HONEST / "pytorch_rmsnorm" / "solution.py", "rmsnorm_small")
+    config = EvalConfig(device="cpu", baseline="eager", secret=5, smallest=1,
+                        limits=short_limits(), cache_dir=tmp_path / "cache", iterations=40,
+                        min_iterations=20)
+    began = time.perf_counter()
+    with phases.collecting() as log:
+        [trace] = evaluate(load_problem(SMALL), solution, config)
+    wall = time.perf_counter() - began
+    assert trace.status is Status.PASSED, trace.evaluation.log
+    assert 20 <= trace.evaluation.timing.iterations <= 40
+    table = {t.name: t.seconds for t in log.totals()}
+    for name in ("build", "worker_wait", "correctness", "reference", "timing", "verify",
+                 "eager/worker_wait", "eager/timing", "baseline_store", "worker_close"):
+        assert name in table, sorted(table)
+    assert 0.5 * wall < sum(table.values()) <= wall * 1.01
+    assert os.stat(tmp_path / "key").st_mode & 0o777 == 0o600
+    out = tmp_path / "exported.json"
+    result = CliRunner().invoke(app, ["baselines", "export", str(out), "--cache-dir",
+                                      str(tmp_path / "cache")])
+    assert result.exit_code == 0 and "exported 1 baselines" in result.output
+    assert json.loads(out.read_text())["baselines"][0]["kind"] == "eager"
+
+
+@pytest.mark.slow
+def test_speed_of_light_is_analysed_once_and_kept_signed(tmp_path, monkeypatch):
+    evaluate_module = importlib.import_module("solforge.harness.evaluate")
+    monkeypatch.setenv("SOLFORGE_BASELINE_KEY", str(tmp_path / "key"))
+    problem = load_problem(SMALL)
+    config = EvalConfig(device="cpu", hardware="H200", cache_dir=tmp_path / "cache")
+    workload = problem.workloads[0]
+    first = evaluate_module.EvaluationRun(problem, config).speed_of_light(workload)
+    assert first.t_sol_ms > 0
+
+    def no_analysis(*args):
+        raise AssertionError("analysed again")
+
+    monkeypatch.setattr(evaluate_module, "speed_of_light", no_analysis)
+    again = evaluate_module.EvaluationRun(problem, config).speed_of_light(workload)
+    assert again == first
+    store = tmp_path / "cache" / "sol.jsonl"
+    store.write_text(store.read_text().replace(f'"floor_ms": {first.floor_ms}',
+                                               '"floor_ms": 0.0'))  # a lowered floor
+    with pytest.raises(AssertionError, match="analysed again"):
+        evaluate_module.EvaluationRun(problem, config).speed_of_light(workload)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("method", ["kernel", "events", "graph"])
+def test_adaptive_timing_on_the_gpu(method):
+    """Chunks of the timed loop (a profiler session each for "kernel") join into one timing."""
+    data = torch.randn(1 << 22, device="cuda")
+    seen: list[int] = []
+    timing = time_iterations(lambda i: data.mul_(1.0), iterations=100, warmup=5, method=method,
+                             before_iteration=seen.append, stop=StopRule())
+    assert 20 <= len(timing.times_ms) <= 100
+    assert seen == list(range(5 + len(timing.times_ms)))
+    if method == "kernel":
+        assert timing.kernels_per_iteration == pytest.approx(1.0)
+    assert timing.sm_clock_mhz is None or timing.sm_clock_mhz[0] > 0
