@@ -43,7 +43,8 @@ _NVCC = (
     r"--?diag-suppress=[0-9,]+|--?threads=[0-9]+|-t[0-9]+",
     r"-U__CUDA_NO_[A-Z0-9_]+",
 )
-_LINKER = (r"-l[A-Za-z0-9_.+-]+", r"-Wl,(--as-needed|--no-as-needed|-O[0-3])")
+_LINKER = (r"-l[A-Za-z0-9_.+-]+", r"-Wl,(--as-needed|--no-as-needed|-O[0-3])",
+           r"-fopenmp|-pthread")  # link the OpenMP / thread runtime
 
 _HOST = re.compile("|".join(f"(?:{p})" for p in _COMMON))
 _DEVICE = re.compile("|".join(f"(?:{p})" for p in _COMMON + _NVCC))
