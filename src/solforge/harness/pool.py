@@ -14,7 +14,7 @@ environment it was started with (CUDA_VISIBLE_DEVICES, TRITON_INTERPRET, PYTHONP
 entry point). Waiting workers are killed when the driver exits; a driver killed outright closes
 their command pipes, and a worker whose pipe closes before its CONFIG exits.
 
-    python -m solforge.harness.pool RESULT_FD COMMAND_FD    (the worker's entry point)
+    python -m solforge.harness.prespawned RESULT_FD COMMAND_FD    (the worker's entry point)
 """
 
 from __future__ import annotations
@@ -23,18 +23,15 @@ import atexit
 import contextlib
 import os
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from solforge.harness.channel import FrameReader
 from solforge.harness.process import kill_group, python_command, start
 
 PLACE = "place"  # the unauthenticated first frame: the folder the worker works in
 PREWARM_ENV = "SOLFORGE_WORKER_PREWARM"  # "1": initialise CUDA and import Triton while waiting
-_FOREVER = 1e9
 
 
 @dataclass(frozen=True)
@@ -58,7 +55,7 @@ def spawn(env: dict[str, str]) -> Spawned:
     It starts in the root folder: nothing it does before PLACE depends on a folder."""
     result_read, result_write = os.pipe()
     command_read, command_write = os.pipe()
-    argv = python_command("solforge.harness.pool", str(result_write), str(command_read))
+    argv = python_command("solforge.harness.prespawned", str(result_write), str(command_read))
     process = start(argv, {**env, PREWARM_ENV: "1"}, Path("/"),
                     pass_fds=(result_write, command_read))
     os.close(result_write)
@@ -126,37 +123,3 @@ def shared_pool() -> WorkerPool:
         _SHARED = WorkerPool()
         atexit.register(_SHARED.close)
     return _SHARED
-
-
-def _prewarm() -> None:
-    """What every worker does first anyway: Triton, the CUDA context, a first kernel and the
-    profiler's start (no candidate exists yet, so the guards' later snapshot sees this as the
-    harness's own state; the worker's own warm-up then finds it all done)."""
-    import torch
-
-    from solforge.measure.timing import time_iterations
-
-    if os.environ.get(PREWARM_ENV) != "1":
-        return
-    with contextlib.suppress(ImportError):
-        import triton  # noqa: F401
-    if torch.cuda.is_available():
-        torch.randn(1 << 16, device="cuda").sum()
-        time_iterations(lambda i: None, iterations=1, warmup=0, method="kernel")
-
-
-def main(result_fd: int, command_fd: int) -> None:
-    from solforge.harness import worker
-
-    with contextlib.suppress(Exception):  # the worker's own warm-up meets it again, and says
-        _prewarm()
-    frame = FrameReader(command_fd, b"").receive(time.monotonic() + _FOREVER)
-    if frame.kind != PLACE or not isinstance(frame.meta.get("cwd"), str):
-        raise SystemExit(f"protocol: expected {PLACE!r} first, got {frame.kind!r}")
-    os.chdir(frame.meta["cwd"])
-    worker.main(result_fd, command_fd)
-
-
-if __name__ == "__main__":
-    sys.path[:] = [p for p in sys.path if p not in ("", str(Path.cwd()))]
-    main(int(sys.argv[1]), int(sys.argv[2]))

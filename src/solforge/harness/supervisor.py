@@ -148,6 +148,13 @@ class TimedOracle:
         with phase("reference"):
             return self.oracle.expected(workload, seed)
 
+    def inputs(self, workload: Workload, seed: int) -> list:
+        with phase("inputs"):
+            return self.oracle.inputs(workload, seed)
+
+    def forget(self, workload: Workload, seed: int) -> None:
+        self.oracle.forget(workload, seed)
+
 
 def worker_env(device_type: str) -> dict[str, str]:
     """The environment of a worker process on a device type."""
