@@ -165,6 +165,7 @@ class EvaluationRun:
         self.runner = Runner(problem.root, self.device, ReferenceOracle(problem, self.device),
                              self.timing_method, config.limits, config.max_restarts,
                              self.cache_dir)
+        self.environment = environment(self.device, self.runner.sandbox_policy().active)
 
     def candidate(self, solution: Solution, report: Progress) -> RoleRun:
         try:

@@ -2,6 +2,8 @@
 
 `start_new_session` puts the child and everything it forks in a new process group, so a
 timeout kills all of them at once (a forked grandchild cannot keep a GPU or a pipe busy).
+Given a `SandboxSpec`, the interpreter starts isolated (`python -I`) through the sandbox's
+launcher, which applies the spec before the module runs (harness/sandbox).
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from solforge.harness.output_log import OutputLog
+from solforge.harness.sandbox import launcher
+from solforge.harness.sandbox.spec import SandboxSpec
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,9 @@ class Finished:
         return self.returncode is None
 
 
-def python_command(module: str, *args: str) -> list[str]:
+def python_command(module: str, *args: str, sandbox: SandboxSpec | None = None) -> list[str]:
+    if sandbox is not None:
+        return launcher.command([sandbox.to_json(), module, *args])
     return [sys.executable, "-m", module, *args]
 
 
@@ -57,15 +63,16 @@ def kill_group(process: subprocess.Popen) -> None:
 
 
 def run_captured(argv: Sequence[str], timeout_s: float, env: dict[str, str],
-                 cwd: Path) -> Finished:
-    """Run to completion or to the timeout; output kept bounded."""
+                 cwd: Path, kill: Callable[[subprocess.Popen], None] | None = None) -> Finished:
+    """Run to completion or to the timeout; output kept bounded. `kill` ends whatever is left
+    (default: the process group)."""
     process = start(argv, env, cwd)
     log = OutputLog(process.stdout)
     try:
         returncode: int | None = process.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         returncode = None
-    kill_group(process)
+    (kill or kill_group)(process)
     log.wait(5)
     return Finished(returncode, log.text())
 

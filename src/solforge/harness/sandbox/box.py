@@ -1,0 +1,76 @@
+"""One sandbox: a private folder and the spec for one sandboxed process (a worker or a build).
+
+The private folder (fresh, owned by the sandbox's uid, under the system's temp folder) is the
+process's working directory, HOME, TMPDIR and the home of every cache a compiler or JIT writes
+(Triton, Inductor, torch extensions, CUDA's compute cache); nothing else is writable to it.
+The solution's files are copied in, so the worker never runs inside the driver's cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from solforge.harness.sandbox.driver import kill_sandbox
+from solforge.harness.sandbox.identity import draw_uid
+from solforge.harness.sandbox.policy import Policy
+from solforge.harness.sandbox.spec import SandboxSpec
+
+_HIDDEN_VARIABLES = ("SOLFORGE_CACHE",)  # where the driver keeps trusted state
+
+
+class Sandbox:
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.uid = draw_uid() if policy.uid_switch else None
+        self.folder = Path(tempfile.mkdtemp(prefix="solforge-sandbox-"))
+        for name in ("home", "tmp", "cache"):
+            (self.folder / name).mkdir()
+        if self.uid is not None:
+            for path in (self.folder, *self.folder.iterdir()):
+                os.chown(path, self.uid, self.uid)
+
+    def spec(self, keep_fds: tuple[int, ...] = ()) -> SandboxSpec:
+        policy = self.policy
+        return SandboxSpec(cwd=str(self.folder / "home"), writable=(str(self.folder),),
+                           uid=self.uid, pid_namespace=policy.pid_namespace,
+                           user_namespace=policy.user_namespace, landlock=policy.landlock,
+                           seccomp=policy.seccomp, keep_fds=keep_fds, reveal=policy.reveal)
+
+    def env(self, base: dict[str, str]) -> dict[str, str]:
+        home, tmp, cache = (str(self.folder / n) for n in ("home", "tmp", "cache"))
+        env = {k: v for k, v in base.items() if k not in _HIDDEN_VARIABLES}
+        env.update(HOME=home, PWD=home, TMPDIR=tmp, TEMP=tmp, TMP=tmp, XDG_CACHE_HOME=cache,
+                   USER="solforge-sandbox", LOGNAME="solforge-sandbox",
+                   TRITON_HOME=home, TRITON_CACHE_DIR=f"{cache}/triton",
+                   TORCHINDUCTOR_CACHE_DIR=f"{cache}/inductor",
+                   TORCH_EXTENSIONS_DIR=f"{cache}/torch_extensions",
+                   CUDA_CACHE_PATH=f"{cache}/nv")
+        return env
+
+    def copy_in(self, source: Path, files: list[Path]) -> Path:
+        """Copy `files` (paths under `source`) into the private folder; the copy's root."""
+        target = self.folder / "solution"
+        for path in files:
+            destination = target / path.relative_to(source)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, destination)
+        self._give(target)
+        return target
+
+    def kill(self, process: subprocess.Popen) -> None:
+        kill_sandbox(process, self.uid)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _give(self, root: Path) -> None:
+        if self.uid is None:
+            return
+        for path in (root, *root.rglob("*")):
+            with contextlib.suppress(OSError):
+                os.chown(path, self.uid, self.uid, follow_symlinks=False)
