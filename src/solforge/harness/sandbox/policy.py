@@ -33,7 +33,7 @@ class Policy:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.active) and self.active.get("sandbox") != "off"
+        return bool(self.active) and not self.active.get("sandbox", "").startswith("off")
 
 
 def policy_for(readable: tuple[str, ...]) -> Policy:
