@@ -95,7 +95,7 @@ def test_root_switches_uid_here():
 
 def test_escaped_daemon_dies_with_the_sandbox(attacked):
     """The daemon outlived its starter (setsid, subreaper cleared); killing the sandbox ends it."""
-    found, sandbox, tag = attacked
+    _, sandbox, tag = attacked
 
     def alive() -> list[str]:
         out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
@@ -148,3 +148,14 @@ def test_worker_command_is_isolated():
         spec.remove()
     assert argv[0] == sys.executable and argv[1] == "-I"
     assert argv[-3:] == ["solforge.harness.worker", "3", "4"]
+
+
+def test_cost_benchmark_runs(tmp_path):
+    """benchmarks/sandbox_cost.py in its quick mode writes its JSON (kept working on the CPU)."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "sandbox_cost.py"
+    out = tmp_path / "cost.json"
+    env = python_env(dict(os.environ))
+    subprocess.run([sys.executable, str(script), str(out), "--repeats", "1"], check=True,
+                   env=env, capture_output=True, timeout=120)
+    found = json.loads(out.read_text())
+    assert found["per_candidate"]["sandboxed_ready_s"] > 0 and "uid" in found["protections"]
