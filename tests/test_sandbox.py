@@ -28,12 +28,12 @@ ATTACKS = Path(__file__).resolve().parent / "exploits" / "sandbox_probes"
 ROOT = os.geteuid() == 0
 
 
-def run_attacks(tmp_path: Path) -> tuple[dict[str, dict], Sandbox, str]:
+def run_attacks(tmp_path: Path, device_type: str = "cpu") -> tuple[dict[str, dict], Sandbox, str]:
     cache_file = tmp_path / "baselines.jsonl"
     cache_file.write_text("")
-    policy = policy_for((str(ATTACKS),))
+    policy = policy_for((str(ATTACKS),), device_type)
     sandbox = Sandbox(policy)
-    tag = f"solforge-escaped-{uuid.uuid4().hex[:8]}"
+    tag = f"{300 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"  # sleep's argument
     script = sandbox.copy_in(ATTACKS, [ATTACKS / "attacks.py"]) / "attacks.py"
     args = [str(os.getpid()), str(cache_file), str(Path(solforge.__file__).parent),
             site.getsitepackages()[0], tag]
@@ -51,9 +51,10 @@ def run_attacks(tmp_path: Path) -> tuple[dict[str, dict], Sandbox, str]:
     return found, sandbox, tag
 
 
-@pytest.fixture(scope="module")
-def attacked(tmp_path_factory):
-    found, sandbox, tag = run_attacks(tmp_path_factory.mktemp("driver"))
+@pytest.fixture(scope="module", params=["cpu", "cuda"])
+def attacked(request, tmp_path_factory):
+    """Both policies: "cuda" drops the PID namespace as root (CUDA IPC cannot cross it)."""
+    found, sandbox, tag = run_attacks(tmp_path_factory.mktemp("driver"), request.param)
     yield found, sandbox, tag
     sandbox.remove()
 
@@ -95,19 +96,19 @@ def test_root_switches_uid_here():
 
 def test_escaped_daemon_dies_with_the_sandbox(attacked):
     """The daemon outlived its starter (setsid, subreaper cleared); killing the sandbox ends it."""
-    _, sandbox, tag = attacked
+    found, sandbox, tag = attacked
+    assert found["escape_daemon"]["reached"], found["escape_daemon"]["detail"]
 
     def alive() -> list[str]:
         out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-        return [line for line in out.splitlines() if tag in line]
+        return [line for line in out.splitlines() if line.strip() == f"sleep {tag}"]
 
-    # The launcher exited with its child (namespace process 1), so the kernel killed the rest;
-    # without a namespace, the private uid's processes are killed by the sandbox's kill.
-    deadline = time.monotonic() + 5
-    while alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if not sandbox.policy.pid_namespace and sandbox.uid is not None:
-        assert processes_of(sandbox.uid)  # the daemon, until killed below
+    if sandbox.policy.pid_namespace:  # process 1 exited: the kernel killed the rest
+        deadline = time.monotonic() + 5
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    else:  # alive until the sandbox's kill finds it by its private uid
+        assert alive() and sandbox.uid is not None and processes_of(sandbox.uid)
         sandbox.kill(subprocess.Popen(["true"]))
     assert alive() == []
 
@@ -150,6 +151,7 @@ def test_worker_command_is_isolated():
     assert argv[-3:] == ["solforge.harness.worker", "3", "4"]
 
 
+@pytest.mark.slow
 def test_cost_benchmark_runs(tmp_path):
     """benchmarks/sandbox_cost.py in its quick mode writes its JSON (kept working on the CPU)."""
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "sandbox_cost.py"
@@ -159,3 +161,25 @@ def test_cost_benchmark_runs(tmp_path):
                    env=env, capture_output=True, timeout=120)
     found = json.loads(out.read_text())
     assert found["per_candidate"]["sandboxed_ready_s"] > 0 and "uid" in found["protections"]
+
+
+def test_build_step_writes_only_its_output(tmp_path):
+    """The compile step's sandbox: its output folder is writable, the sources' folder (the
+    driver's cache) is not; afterwards the output belongs to the driver again."""
+    from solforge.harness.process import run_module_sandboxed
+
+    folder = tmp_path / "builds" / "solution"
+    folder.mkdir(parents=True)
+    script = folder / "fake_compiler.py"
+    script.write_text(
+        "import sys\nfrom pathlib import Path\n"
+        "Path(sys.argv[1], 'out.so').write_text('library')\n"
+        "try:\n    Path(sys.argv[2], 'planted.py').write_text('x')\n    print('PLANTED')\n"
+        "except OSError as error:\n    print('refused', error)\n")
+    os.chmod(tmp_path, 0o755)
+    finished = run_module_sandboxed(str(script), [str(folder / "build"), str(tmp_path)], 60,
+                                    python_env(dict(os.environ)), folder, folder / "build")
+    assert finished.returncode == 0, finished.log
+    assert "refused" in finished.log and not (tmp_path / "planted.py").exists()
+    built = folder / "build" / "out.so"
+    assert built.read_text() == "library" and built.stat().st_uid == os.getuid()

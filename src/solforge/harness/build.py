@@ -29,7 +29,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from solforge.harness.process import describe_exit, python_command, python_env, run_captured
+from solforge.harness.process import (
+    describe_exit,
+    python_env,
+    run_captured,
+    run_module_sandboxed,
+)
 from solforge.harness.solution import CPP_SUFFIXES, Solution
 from solforge.harness.trace import Status
 
@@ -74,8 +79,8 @@ def build_solution(solution: Solution, cache_dir: Path, device_type: str,
     spec = {"name": module_name, "folder": str(folder), **solution.compile_options.to_dict(),
             "sources": [s.path for s in solution.sources if s.path.endswith(CPP_SUFFIXES)]}
     (folder / SPEC_FILE).write_text(json.dumps(spec))
-    finished = run_captured(python_command("solforge.harness.build", str(folder / SPEC_FILE)),
-                            timeout_s, _compile_env(), folder)
+    finished = run_module_sandboxed("solforge.harness.build", [str(folder / SPEC_FILE)],
+                                    timeout_s, _compile_env(), folder, folder / "build")
     seconds = time.perf_counter() - start
     if finished.timed_out:
         raise BuildFailure(Status.TIMEOUT, f"compile ran past {timeout_s:g} s\n"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from solforge.harness.output_log import OutputLog
-from solforge.harness.sandbox import launcher
+from solforge.harness.sandbox import Sandbox, launcher, policy_for, protected_driver
 from solforge.harness.sandbox.spec import SandboxSpec
 
 
@@ -75,6 +75,25 @@ def run_captured(argv: Sequence[str], timeout_s: float, env: dict[str, str],
     (kill or kill_group)(process)
     log.wait(5)
     return Finished(returncode, log.text())
+
+
+def run_module_sandboxed(module: str, args: Sequence[str], timeout_s: float,
+                         env: dict[str, str], folder: Path, output: Path) -> Finished:
+    """`python -m module args` to completion in a sandbox like a worker's (private uid and
+    folder, PID namespace, Landlock, seccomp) that may read `folder` and write only its own
+    private folder and `output`: the compile step, so nothing a compiler flag or a build script
+    runs can touch the driver's files. Without a sandbox (SOLFORGE_SANDBOX=off), a plain run."""
+    policy = policy_for((str(folder.resolve()),))
+    if not policy.enabled:
+        return run_captured(python_command(module, *args), timeout_s, env, folder)
+    sandbox = Sandbox(policy, shared=(output,))
+    try:
+        spec = sandbox.spec()
+        with protected_driver():
+            return run_captured(python_command(module, *args, sandbox=spec), timeout_s,
+                                sandbox.env(env), Path(spec.cwd), kill=sandbox.kill)
+    finally:
+        sandbox.remove()
 
 
 def describe_exit(returncode: int | None) -> str:

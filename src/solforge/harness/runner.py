@@ -91,7 +91,7 @@ class Runner:
         """What isolates this runner's workers (recorded in each trace's environment)."""
         if not self.limits.sandbox:
             return Policy(active={"sandbox": "off (Limits.sandbox=False)"})
-        return policy_for((str(self.problem_dir.resolve()),))
+        return policy_for((str(self.problem_dir.resolve()),), self.device.type)
 
     def _drive(self, session: WorkerSession, plan: Plan, pending: list[Workload],
                results: dict[str, WorkloadResult], report: Progress) -> WorkloadResult | None:
@@ -148,14 +148,11 @@ class Runner:
 
 def _placed(build: Build | None, sandbox: Sandbox | None) -> Build | None:
     """The build as the sandboxed worker sees it: its files copied into the private folder
-    (the compiler's intermediate files left behind)."""
+    (of the compiler's output only the libraries)."""
     if build is None or sandbox is None:
         return build
-    compiled = build.library is not None
     files = [p for p in build.folder.rglob("*") if p.is_file()
-             and not (compiled and p.relative_to(build.folder).parts[0] == "build")]
-    if build.library is not None:
-        files.append(build.library)
+             and (p.relative_to(build.folder).parts[0] != "build" or p.suffix == ".so")]
     root = sandbox.copy_in(build.folder, files)
     library = root / build.library.relative_to(build.folder) if build.library else None
     return replace(build, folder=root, library=library)

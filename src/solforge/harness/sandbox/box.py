@@ -24,8 +24,12 @@ _HIDDEN_VARIABLES = ("SOLFORGE_CACHE",)  # where the driver keeps trusted state
 
 
 class Sandbox:
-    def __init__(self, policy: Policy) -> None:
+    """`shared`: folders outside the private one the process may write too (a build's output
+    folder), its own while it runs and handed back to the driver by `remove`."""
+
+    def __init__(self, policy: Policy, shared: tuple[Path, ...] = ()) -> None:
         self.policy = policy
+        self.shared = shared
         self.uid = draw_uid() if policy.uid_switch else None
         self.folder = Path(tempfile.mkdtemp(prefix="solforge-sandbox-"))
         for name in ("home", "tmp", "cache"):
@@ -33,10 +37,14 @@ class Sandbox:
         if self.uid is not None:
             for path in (self.folder, *self.folder.iterdir()):
                 os.chown(path, self.uid, self.uid)
+        for folder in shared:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._give(folder, self.uid)
 
     def spec(self, keep_fds: tuple[int, ...] = ()) -> SandboxSpec:
         policy = self.policy
-        return SandboxSpec(cwd=str(self.folder / "home"), writable=(str(self.folder),),
+        writable = (str(self.folder), *map(str, self.shared))
+        return SandboxSpec(cwd=str(self.folder / "home"), writable=writable,
                            uid=self.uid, pid_namespace=policy.pid_namespace,
                            user_namespace=policy.user_namespace, landlock=policy.landlock,
                            seccomp=policy.seccomp, keep_fds=keep_fds, reveal=policy.reveal)
@@ -59,18 +67,22 @@ class Sandbox:
             destination = target / path.relative_to(source)
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, destination)
-        self._give(target)
+        self._give(target, self.uid)
         return target
 
     def kill(self, process: subprocess.Popen) -> None:
         kill_sandbox(process, self.uid)
 
     def remove(self) -> None:
+        """Delete the private folder; the shared folders belong to the driver again (so no
+        later sandbox, with its own uid, can change what this one wrote)."""
         shutil.rmtree(self.folder, ignore_errors=True)
+        for folder in self.shared:
+            self._give(folder, os.getuid() if self.uid is not None else None)
 
-    def _give(self, root: Path) -> None:
-        if self.uid is None:
+    def _give(self, root: Path, uid: int | None) -> None:
+        if uid is None:
             return
         for path in (root, *root.rglob("*")):
             with contextlib.suppress(OSError):
-                os.chown(path, self.uid, self.uid, follow_symlinks=False)
+                os.chown(path, uid, uid, follow_symlinks=False)

@@ -42,10 +42,11 @@ def main(argv: list[str]) -> None:
 
 
 def apply(spec: SandboxSpec) -> None:
+    if spec.pid_namespace or spec.reveal:
+        namespace.unshare(pid=spec.pid_namespace, user=spec.user_namespace)
     if spec.pid_namespace:
-        namespace.unshare(with_user_namespace=spec.user_namespace)
         namespace.fork_into_namespace(spec.keep_fds)
-        namespace.reveal(spec.reveal, staging=os.path.dirname(spec.cwd))
+    namespace.reveal(spec.reveal, staging=os.path.dirname(spec.cwd))
     if spec.uid is not None:
         identity.drop_to(spec.uid)
     identity.clear_capabilities()
@@ -76,7 +77,7 @@ def probe() -> dict[str, str | bool | int]:
 
 
 def _namespace_trial(with_user_namespace: bool) -> None:
-    namespace.unshare(with_user_namespace)
+    namespace.unshare(pid=True, user=with_user_namespace)
     namespace.fork_into_namespace(())
     if os.getpid() != 1:
         raise OSError("not process 1 in the new PID namespace")

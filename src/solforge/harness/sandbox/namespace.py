@@ -20,15 +20,17 @@ _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND = 2, 4, 8, 1 << 12
 _MS_REC, _MS_PRIVATE, _MNT_DETACH = 1 << 14, 1 << 18, 2
 
 
-def unshare(with_user_namespace: bool) -> None:
-    """New PID and mount namespaces for this process's next child (and a user one if asked)."""
+def unshare(pid: bool, user: bool) -> None:
+    """A private mount namespace, and new PID (for this process's next child) and user
+    namespaces when asked."""
     uid, gid = os.getuid(), os.getgid()
-    flags = _CLONE_NEWPID | _CLONE_NEWNS | (_CLONE_NEWUSER if with_user_namespace else 0)
+    flags = _CLONE_NEWNS | (_CLONE_NEWPID if pid else 0) | (_CLONE_NEWUSER if user else 0)
     call("unshare", libc.unshare(flags))
-    if with_user_namespace:  # the same ids inside: files keep their owners
+    if user:  # the same ids inside: files keep their owners
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{uid} {uid} 1")
         _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    call("mount(/, private)", libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None))
 
 
 def fork_into_namespace(keep_fds: tuple[int, ...]) -> None:
@@ -36,18 +38,13 @@ def fork_into_namespace(keep_fds: tuple[int, ...]) -> None:
     child (process 1 of the namespace, with its own /proc) returns."""
     child = os.fork()
     if child == 0:
-        _mount_own_proc()
+        call("mount(/proc)", libc.mount(b"proc", b"/proc", b"proc",
+                                        _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None))
         return
     for fd in keep_fds:
         os.close(fd)
     _, status = os.waitpid(child, 0)
     _exit_like(status)
-
-
-def _mount_own_proc() -> None:
-    call("mount(/, private)", libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None))
-    call("mount(/proc)", libc.mount(b"proc", b"/proc", b"proc",
-                                    _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None))
 
 
 def _exit_like(status: int) -> None:

@@ -36,27 +36,33 @@ class Policy:
         return bool(self.active) and not self.active.get("sandbox", "").startswith("off")
 
 
-def policy_for(readable: tuple[str, ...]) -> Policy:
-    """The policy for workers that must read `readable` (the problem's folder)."""
+def policy_for(readable: tuple[str, ...], device_type: str = "cpu") -> Policy:
+    """The policy for workers that must read `readable` (the problem's folder) and run on
+    `device_type`."""
     if os.environ.get(OFF_VARIABLE, "").lower() == "off":
         return Policy(active={"sandbox": f"off ({OFF_VARIABLE}=off)"})
-    return _policy(tuple(sorted(readable)))
+    return _policy(tuple(sorted(readable)), device_type)
 
 
 @functools.cache
-def _policy(readable: tuple[str, ...]) -> Policy:
+def _policy(readable: tuple[str, ...], device_type: str) -> Policy:
     found = probe()
-    pid_ok = found.get("pid_namespace") is True
-    uid_ok, uid_note, reveal = _uid_decision(found, readable, can_mount=pid_ok)
+    namespaces = found.get("pid_namespace") is True
+    uid_ok, uid_note, reveal = _uid_decision(found, readable, can_mount=namespaces)
+    # Legacy CUDA IPC handles (the GPU inputs' hand-over) cannot cross PID namespaces; as root
+    # the private uid already marks every process of the worker, so the GPU goes without one.
+    gpu_without = device_type == "cuda" and uid_ok
+    pid_ok = namespaces and not gpu_without
     landlock_ok, seccomp_ok = found.get("landlock") is True, found.get("seccomp") is True
     active = {
         "uid": uid_note,
         "capabilities": "none (bounding set dropped)" if uid_ok else "none",
         "no_new_privs": "on",
         "pid_namespace": "on, own /proc" + (" (in a user namespace)" if not found["root"] else "")
-        if pid_ok else f"unavailable ({found.get('pid_namespace')}): "
-                       + ("every process of the private uid is killed" if uid_ok
-                          else "the process group is killed"),
+        if pid_ok else ("off on the GPU (CUDA IPC does not cross PID namespaces)"
+                        if gpu_without else f"unavailable ({found.get('pid_namespace')})")
+        + (": every process of the private uid is killed" if uid_ok
+           else ": the process group is killed"),
         "landlock": f"ABI {found['landlock_abi']}: writes only in the private folder"
         if landlock_ok else f"unavailable ({found.get('landlock')}): "
                             + ("file permissions" if uid_ok else "no write restriction"),
