@@ -80,7 +80,7 @@ def build_solution(solution: Solution, cache_dir: Path, device_type: str,
             "sources": [s.path for s in solution.sources if s.path.endswith(CPP_SUFFIXES)]}
     (folder / SPEC_FILE).write_text(json.dumps(spec))
     finished = run_module_sandboxed("solforge.harness.build", [str(folder / SPEC_FILE)],
-                                    timeout_s, _compile_env(), folder, folder / "build")
+                                    timeout_s, _compile_env(), folder, folder)
     seconds = time.perf_counter() - start
     if finished.timed_out:
         raise BuildFailure(Status.TIMEOUT, f"compile ran past {timeout_s:g} s\n"
