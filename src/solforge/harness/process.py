@@ -82,7 +82,8 @@ def run_module_sandboxed(module: str, args: Sequence[str], timeout_s: float,
     """`python -m module args` to completion in a sandbox like a worker's (private uid and
     folder, PID namespace, Landlock, seccomp) that may read `folder` and write only its own
     private folder and `output` (the solution's own build folder): the compile step, so nothing
-    a compiler flag or a build script runs can touch the driver's other files. Without a sandbox (SOLFORGE_SANDBOX=off), a plain run."""
+    a compiler flag or a build script runs can touch the driver's other files. Without a
+    sandbox (SOLFORGE_SANDBOX=off), a plain run."""
     policy = policy_for((str(folder.resolve()),))
     if not policy.enabled:
         return run_captured(python_command(module, *args), timeout_s, env, folder)
