@@ -1,9 +1,11 @@
 """What the sandbox costs per candidate: starting a sandboxed interpreter against a plain
 `python -I`, making and removing the private folder, killing everything it started, and (with
---evaluate) a whole CPU evaluation of an honest solution with the sandbox on and off. The
-kernel probe runs once per driver process and is reported apart. Goal: <= 0.5 s per candidate.
+--evaluate) a whole evaluation of an honest solution with the sandbox on and off. The kernel
+probe runs once per driver process and is reported apart. `--device cuda` (on the H200) uses
+the GPU's policy (no PID namespace as root) and evaluates on the GPU. Goal: <= 0.5 s per
+candidate.
 
-    python benchmarks/sandbox_cost.py OUT.json [--repeats 10] [--evaluate]
+    python benchmarks/sandbox_cost.py OUT.json [--repeats 10] [--evaluate] [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ def timed(action) -> float:
     return time.perf_counter() - began
 
 
-def one_start(sandboxed: bool, script: Path) -> dict[str, float]:
+def one_start(sandboxed: bool, script: Path, device: str) -> dict[str, float]:
     """Seconds to a sandboxed (or plain) interpreter's first line, and to clean up after it."""
-    policy = policy_for((str(PROBLEM),))
+    policy = policy_for((str(PROBLEM),), device)
     began = time.perf_counter()
     sandbox = Sandbox(policy) if sandboxed else None
     spec = sandbox.spec() if sandbox else None
@@ -54,13 +56,13 @@ def one_start(sandboxed: bool, script: Path) -> dict[str, float]:
     return {"ready_s": ready, "cleanup_s": cleanup}
 
 
-def start_costs(repeats: int) -> dict[str, float]:
+def start_costs(repeats: int, device: str) -> dict[str, float]:
     script = Path(tempfile.mkdtemp()) / "ready.py"
     script.write_text("print('ready', flush=True)\n")
     os.chmod(script.parent, 0o755)
     with protected_driver():
-        plain = [one_start(False, script) for _ in range(repeats)]
-        boxed = [one_start(True, script) for _ in range(repeats)]
+        plain = [one_start(False, script, device) for _ in range(repeats)]
+        boxed = [one_start(True, script, device) for _ in range(repeats)]
     median = {f"{kind}_{key}": statistics.median(r[key] for r in runs)
               for kind, runs in (("plain", plain), ("sandboxed", boxed))
               for key in ("ready_s", "cleanup_s")}
@@ -69,8 +71,8 @@ def start_costs(repeats: int) -> dict[str, float]:
     return median
 
 
-def evaluation_costs() -> dict[str, float]:
-    """One CPU evaluation of an honest solution (baseline cached first), sandbox on and off."""
+def evaluation_costs(device: str) -> dict[str, float]:
+    """One evaluation of an honest solution (baseline cached first), sandbox on and off."""
     from solforge.harness.evaluate import EvalConfig, evaluate
     from solforge.harness.session import Limits
     from solforge.harness.solution import load_solution
@@ -80,7 +82,7 @@ def evaluation_costs() -> dict[str, float]:
     solution = load_solution(HONEST / "solution.py", problem.name)
     found = {}
     for sandboxed in (True, False, True, False):
-        config = EvalConfig(device="cpu", baseline="eager", smallest=1,
+        config = EvalConfig(device=device, baseline="eager", smallest=1,
                             limits=replace(Limits(), sandbox=sandboxed),
                             cache_dir=Path(tempfile.mkdtemp()))
         evaluate(problem, solution, config)  # the baseline, cached for the timed run
@@ -95,17 +97,19 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--evaluate", action="store_true")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
     probe_s = timed(probe)
     print(f"probe: {probe_s:.3f} s", flush=True)
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                           "python": platform.python_version(), "root": os.geteuid() == 0},
-              "protections": policy_for((str(PROBLEM),)).active, "probe_once_s": probe_s,
-              "repeats": args.repeats, "per_candidate": start_costs(args.repeats)}
+              "device": args.device, "probe_once_s": probe_s, "repeats": args.repeats,
+              "protections": policy_for((str(PROBLEM),), args.device).active,
+              "per_candidate": start_costs(args.repeats, args.device)}
     print(json.dumps(result["per_candidate"], indent=1), flush=True)
     if args.evaluate:
-        result["evaluation"] = evaluation_costs()
+        result["evaluation"] = evaluation_costs(args.device)
         print(json.dumps(result["evaluation"], indent=1), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
