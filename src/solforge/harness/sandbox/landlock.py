@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import platform
 from collections.abc import Sequence
 
 from solforge.harness.sandbox.libc import call, libc
@@ -40,7 +39,7 @@ class _PathBeneath(ctypes.Structure):
 
 def abi_version() -> int:
     """The kernel's Landlock ABI (0: none, or not Linux on a known syscall table)."""
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "aarch64"):
+    if os.uname().sysname != "Linux" or os.uname().machine not in ("x86_64", "aarch64"):
         return 0
     version = libc.syscall(_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION)
     return max(int(version), 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import platform
+import os
 import struct
 
 from solforge.harness.sandbox.libc import call, libc
@@ -35,7 +35,7 @@ class _Program(ctypes.Structure):
 
 
 def supported_arch() -> str | None:
-    machine = platform.machine()
+    machine = os.uname().machine
     return machine if machine in _NUMBERS else None
 
 
@@ -57,7 +57,7 @@ def deny_cross_process_calls() -> str:
     """Install the filter on this thread (and everything it starts); a one-line description."""
     machine = supported_arch()
     if machine is None:
-        raise OSError(f"no seccomp syscall table for {platform.machine()}")
+        raise OSError(f"no seccomp syscall table for {os.uname().machine}")
     code = ctypes.create_string_buffer(filter_program(machine))
     program = _Program(len(code.raw) // 8, ctypes.cast(code, ctypes.c_void_p))
     call("prctl(PR_SET_SECCOMP)", libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER,
