@@ -21,6 +21,7 @@ from solforge.harness.sandbox import identity, landlock, namespace, seccomp
 from solforge.harness.sandbox.spec import SandboxSpec
 
 EXIT_SANDBOX_FAILED = 121
+MAX_PROCESSES = 4096  # processes and threads of the private uid
 
 
 def main(argv: list[str]) -> None:
@@ -33,7 +34,6 @@ def main(argv: list[str]) -> None:
     except OSError as error:
         print(f"sandbox: could not apply {error}", file=sys.stderr, flush=True)
         os._exit(EXIT_SANDBOX_FAILED)
-    sys.path[:0] = list(spec.sys_path)
     sys.argv = list(argv[1:])
     if argv[1].endswith(".py"):  # a script (the tests' attack probes)
         runpy.run_path(argv[1], run_name="__main__")
@@ -58,6 +58,8 @@ def apply(spec: SandboxSpec) -> None:
     if spec.seccomp:
         seccomp.deny_cross_process_calls()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if spec.uid is not None:  # per-uid, so only with a uid of its own: no fork bomb
+        resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
     os.chdir(spec.cwd)
 
 

@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass, field
 class SandboxSpec:
     cwd: str  # the private folder: never inside the cache or any folder of the driver's
     writable: tuple[str, ...]  # the only folders it may change (Landlock)
-    sys_path: tuple[str, ...] = ()  # where solforge is (`python -I` drops PYTHONPATH)
     uid: int | None = None  # a private uid (root only); None: keep the driver's
     pid_namespace: bool = False
     user_namespace: bool = False  # needed for the PID namespace without root
@@ -25,5 +24,5 @@ class SandboxSpec:
     @classmethod
     def from_json(cls, text: str) -> SandboxSpec:
         raw = json.loads(text)
-        tuples = ("writable", "sys_path", "keep_fds")
+        tuples = ("writable", "keep_fds")
         return cls(**{k: tuple(v) if k in tuples else v for k, v in raw.items()})
