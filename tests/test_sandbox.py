@@ -183,3 +183,23 @@ def test_build_step_writes_only_its_output(tmp_path):
     assert "refused" in finished.log and not (tmp_path / "planted.py").exists()
     built = folder / "build" / "out.so"
     assert built.read_text() == "library" and built.stat().st_uid == os.getuid()
+
+
+@pytest.mark.slow
+def test_trace_records_the_protections(tmp_path):
+    """An honest solution passes in the sandbox, and its trace says what isolated it."""
+    from harness_corpus import HONEST, PROBLEMS, short_limits
+
+    from solforge.harness.evaluate import EvalConfig, evaluate
+    from solforge.harness.solution import load_solution
+    from solforge.harness.trace import Status, Trace
+    from solforge.problem import load_problem
+
+    problem = load_problem(PROBLEMS / "rmsnorm_small")
+    solution = load_solution(HONEST / "pytorch_rmsnorm" / "solution.py", problem.name)
+    config = EvalConfig(device="cpu", baseline="eager", smallest=1, limits=short_limits(),
+                        cache_dir=tmp_path)
+    (trace,) = evaluate(problem, solution, config)
+    assert trace.evaluation.status is Status.PASSED, trace.evaluation.log
+    recorded = Trace.from_dict(trace.to_dict()).evaluation.environment.sandbox
+    assert recorded == policy_for((str(problem.root.resolve()),), "cpu").active
