@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import site
 import subprocess
 import sys
@@ -203,3 +204,45 @@ def test_trace_records_the_protections(tmp_path):
     assert trace.evaluation.status is Status.PASSED, trace.evaluation.log
     recorded = Trace.from_dict(trace.to_dict()).evaluation.environment.sandbox
     assert recorded == policy_for((str(problem.root.resolve()),), "cpu").active
+
+
+@pytest.mark.parametrize("number", [signal.SIGSEGV, signal.SIGKILL])
+def test_launcher_dies_as_its_worker_did(number, tmp_path):
+    """The driver sees the worker's own death (a crash is a crash), through the launcher."""
+    script = tmp_path / "die.py"
+    script.write_text(f"import os\nos.kill(os.getpid(), {int(number)})\n"
+                      "import ctypes\nctypes.string_at(0)\n")  # process 1 ignores its own kill
+    os.chmod(tmp_path, 0o755)
+    sandbox = Sandbox(policy_for((str(tmp_path),)))
+    try:
+        spec = sandbox.spec()
+        process = start(python_command(str(script), sandbox=spec),
+                        sandbox.env(python_env(dict(os.environ))), Path(spec.cwd))
+        process.communicate(timeout=60)
+    finally:
+        sandbox.remove()
+    expected = {-int(number)} if not sandbox.policy.pid_namespace else {-int(number),
+                                                                        -int(signal.SIGSEGV)}
+    assert process.returncode in expected
+
+
+def test_worker_killed_from_outside_reads_as_killed(tmp_path):
+    """SIGKILL to the namespace's process 1 (the driver's kill): the launcher dies by SIGKILL too,
+    with nothing printed."""
+    from solforge.harness.sandbox.driver import children
+
+    script = tmp_path / "wait.py"
+    script.write_text("import time\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    os.chmod(tmp_path, 0o755)
+    sandbox = Sandbox(policy_for((str(tmp_path),)))
+    try:
+        spec = sandbox.spec()
+        process = start(python_command(str(script), sandbox=spec),
+                        sandbox.env(python_env(dict(os.environ))), Path(spec.cwd))
+        assert process.stdout.readline().strip() == b"ready"
+        worker = children(process.pid)[0] if sandbox.policy.pid_namespace else process.pid
+        os.kill(worker, signal.SIGKILL)
+        rest, _ = process.communicate(timeout=30)
+    finally:
+        sandbox.remove()
+    assert process.returncode == -signal.SIGKILL and rest == b""

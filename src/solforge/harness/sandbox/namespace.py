@@ -9,6 +9,7 @@ namespace comes first (the unprivileged way to get the other two).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -51,7 +52,8 @@ def _exit_like(status: int) -> None:
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        signal.signal(number, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler
+            signal.signal(number, signal.SIG_DFL)
         os.kill(os.getpid(), number)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
