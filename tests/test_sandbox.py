@@ -246,3 +246,17 @@ def test_worker_killed_from_outside_reads_as_killed(tmp_path):
     finally:
         sandbox.remove()
     assert process.returncode == -signal.SIGKILL and rest == b""
+
+
+def test_program_in_the_build_sandbox_writes_only_its_output(tmp_path):
+    """A program (nvcc's place) keeps the restrictions through exec."""
+    from solforge.harness.process import run_program_sandboxed
+
+    folder = tmp_path / "solution"
+    folder.mkdir()
+    os.chmod(tmp_path, 0o755)
+    command = ["sh", "-c", f"echo built > {folder}/kernel.o; echo x > {tmp_path}/planted; "
+                           "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status"]
+    finished = run_program_sandboxed(command, 60, dict(os.environ), folder, folder)
+    assert (folder / "kernel.o").read_text() == "built\n"
+    assert not (tmp_path / "planted").exists() and "NoNewPrivs:\t1" in finished.log

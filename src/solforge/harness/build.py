@@ -32,8 +32,8 @@ from pathlib import Path
 from solforge.harness.process import (
     describe_exit,
     python_env,
-    run_captured,
     run_module_sandboxed,
+    run_program_sandboxed,
 )
 from solforge.harness.solution import CPP_SUFFIXES, Solution
 from solforge.harness.trace import Status
@@ -149,7 +149,7 @@ def _compile_objects(solution: Solution, folder: Path, module_name: str, nvcc: s
                    f"-DTORCH_EXTENSION_NAME={module_name}",
                    "-DTORCH_API_INCLUDE_EXTENSION_H", *solution.compile_options.cuda_cflags]
         remaining = max(1.0, timeout_s - (time.perf_counter() - start))
-        finished = run_captured(command, remaining, dict(os.environ), folder)
+        finished = run_program_sandboxed(command, remaining, dict(os.environ), folder, folder)
         if finished.timed_out:
             raise BuildFailure(Status.TIMEOUT, f"compile-only check of {source.path} ran past "
                                                f"{timeout_s:g} s")

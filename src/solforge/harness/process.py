@@ -84,15 +84,29 @@ def run_module_sandboxed(module: str, args: Sequence[str], timeout_s: float,
     private folder and `output` (the solution's own build folder): the compile step, so nothing
     a compiler flag or a build script runs can touch the driver's other files. Without a
     sandbox (SOLFORGE_SANDBOX=off), a plain run."""
+    return _run_sandboxed(module, list(args), timeout_s, env, folder, output)
+
+
+def run_program_sandboxed(argv: Sequence[str], timeout_s: float, env: dict[str, str],
+                          folder: Path, output: Path) -> Finished:
+    """A program (nvcc, say) run like `run_module_sandboxed`: restricted before it starts."""
+    return _run_sandboxed(None, list(argv), timeout_s, env, folder, output)
+
+
+def _run_sandboxed(module: str | None, args: list[str], timeout_s: float, env: dict[str, str],
+                   folder: Path, output: Path) -> Finished:
     policy = policy_for((str(folder.resolve()),))
     if not policy.enabled:
-        return run_captured(python_command(module, *args), timeout_s, env, folder)
+        plain = python_command(module, *args) if module else args
+        return run_captured(plain, timeout_s, env, folder)
     sandbox = Sandbox(policy, shared=(output,))
     try:
         spec = sandbox.spec()
+        argv = (python_command(module, *args, sandbox=spec) if module
+                else launcher.command([spec.to_json(), "--exec", *args]))
         with protected_driver():
-            return run_captured(python_command(module, *args, sandbox=spec), timeout_s,
-                                sandbox.env(env), Path(spec.cwd), kill=sandbox.kill)
+            return run_captured(argv, timeout_s, sandbox.env(env), Path(spec.cwd),
+                                kill=sandbox.kill)
     finally:
         sandbox.remove()
 

@@ -5,6 +5,7 @@ and then runs the target module in the same interpreter. Any step that fails end
 with a message (fail closed): what the driver records as active is what the process got.
 
     python -I -u -c BOOT SPEC_JSON MODULE|SCRIPT.py ARG...    (see launcher.command)
+    python -I -u -c BOOT SPEC_JSON --exec PROGRAM ARG...
     python -I -c BOOT --probe                       (what this kernel supports, as JSON)
 """
 
@@ -21,6 +22,7 @@ from solforge.harness.sandbox import identity, landlock, namespace, seccomp
 from solforge.harness.sandbox.spec import SandboxSpec
 
 EXIT_SANDBOX_FAILED = 121
+EXEC = "--exec"
 MAX_PROCESSES = 4096  # processes and threads of the private uid
 
 
@@ -35,6 +37,8 @@ def main(argv: list[str]) -> None:
         print(f"sandbox: could not apply {error}", file=sys.stderr, flush=True)
         os._exit(EXIT_SANDBOX_FAILED)
     sys.argv = list(argv[1:])
+    if argv[1] == EXEC:  # a program (a compiler): it keeps every restriction through exec
+        os.execvp(argv[2], argv[2:])
     if argv[1].endswith(".py"):  # a script (the tests' attack probes)
         runpy.run_path(argv[1], run_name="__main__")
     else:
