@@ -260,3 +260,31 @@ def test_program_in_the_build_sandbox_writes_only_its_output(tmp_path):
     finished = run_program_sandboxed(command, 60, dict(os.environ), folder, folder)
     assert (folder / "kernel.o").read_text() == "built\n"
     assert not (tmp_path / "planted").exists() and "NoNewPrivs:\t1" in finished.log
+
+
+def test_warm_cache_is_a_copy_nothing_flows_back(tmp_path):
+    """Each sandbox's JIT caches start as a copy of the driver's template; what the sandboxed
+    process writes there stays in its own copy."""
+    template = tmp_path / "template"
+    (template / "inductor").mkdir(parents=True)
+    (template / "inductor" / "probe.so").write_text("trusted")
+    os.chmod(tmp_path, 0o755)
+    sandbox = Sandbox(policy_for((str(tmp_path),)), warm_cache=template)
+    try:
+        copied = sandbox.folder / "cache" / "inductor" / "probe.so"
+        assert copied.read_text() == "trusted"
+        spec = sandbox.spec()
+        command = ["sh", "-c", f"echo planted > {copied}; echo planted > {template}/x"]
+        process = start(launcher_exec(spec, command), dict(os.environ), Path(spec.cwd))
+        process.communicate(timeout=30)
+        assert copied.read_text() == "planted\n"
+    finally:
+        sandbox.remove()
+    assert (template / "inductor" / "probe.so").read_text() == "trusted"
+    assert not (template / "x").exists()
+
+
+def launcher_exec(spec, command: list[str]) -> list[str]:
+    from solforge.harness.sandbox import launcher
+
+    return launcher.command([spec.to_json(), "--exec", *command])

@@ -25,7 +25,7 @@ from solforge.harness.judge import Judge, Plan, WorkloadResult
 from solforge.harness.oracle import ReferenceOracle
 from solforge.harness.process import python_env
 from solforge.harness.protocol import WorkerConfig
-from solforge.harness.sandbox import Policy, Sandbox, policy_for, protected_driver
+from solforge.harness.sandbox import Policy, Sandbox, jit_cache, policy_for, protected_driver
 from solforge.harness.session import Limits, WorkerLost, WorkerSession
 from solforge.harness.solution import Solution
 from solforge.harness.trace import Status, parse_status
@@ -60,8 +60,9 @@ class Runner:
         logs: list[str] = []
         restarts = 0
         policy = self.sandbox_policy()
+        warm = self._warm_cache(policy)
         while pending:
-            sandbox = Sandbox(policy) if policy.enabled else None
+            sandbox = Sandbox(policy, warm_cache=warm) if policy.enabled else None
             try:
                 with protected_driver():
                     session = WorkerSession(
@@ -92,6 +93,12 @@ class Runner:
         if not self.limits.sandbox:
             return Policy(active={"sandbox": "off (Limits.sandbox=False)"})
         return policy_for((str(self.problem_dir.resolve()),), self.device.type)
+
+    def _warm_cache(self, policy: Policy) -> Path | None:
+        """The trusted JIT-cache template every sandbox starts from (made once per machine)."""
+        if not policy.enabled:
+            return None
+        return jit_cache.template(self.device.type, policy, self._env())
 
     def _drive(self, session: WorkerSession, plan: Plan, pending: list[Workload],
                results: dict[str, WorkloadResult], report: Progress) -> WorkloadResult | None:

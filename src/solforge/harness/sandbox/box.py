@@ -27,16 +27,19 @@ class Sandbox:
     """`shared`: folders outside the private one the process may write too (a build's output
     folder), its own while it runs and handed back to the driver by `remove`."""
 
-    def __init__(self, policy: Policy, shared: tuple[Path, ...] = ()) -> None:
+    def __init__(self, policy: Policy, shared: tuple[Path, ...] = (),
+                 warm_cache: Path | None = None) -> None:
         self.policy = policy
         self.shared = shared
         self.uid = draw_uid() if policy.uid_switch else None
         self.folder = Path(tempfile.mkdtemp(prefix="solforge-sandbox-"))
-        for name in ("home", "tmp", "cache"):
+        for name in ("home", "tmp"):
             (self.folder / name).mkdir()
-        if self.uid is not None:
-            for path in (self.folder, *self.folder.iterdir()):
-                os.chown(path, self.uid, self.uid)
+        if warm_cache is not None:  # a copy of the driver's trusted template (jit_cache.py)
+            shutil.copytree(warm_cache, self.folder / "cache", symlinks=True)
+        else:
+            (self.folder / "cache").mkdir()
+        self._give(self.folder, self.uid)
         for folder in shared:
             folder.mkdir(parents=True, exist_ok=True)
             self._give(folder, self.uid)
