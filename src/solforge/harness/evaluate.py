@@ -168,6 +168,7 @@ class EvaluationRun:
         self.supervisor = Supervisor(problem.root, self.device,
                                      ReferenceOracle(problem, self.device), self.timing_method,
                                      config.limits, config.max_restarts, self.cache_dir)
+        self.environment = environment(self.device, self.supervisor.sandbox_policy().active)
 
     def candidate(self, solution: Solution, report: Progress) -> RoleRun:
         started = time.perf_counter()

@@ -7,6 +7,8 @@ Every way the worker can stop answering becomes a `WorkerLost` with the status i
 - more than `log_limit_bytes` written to stdout/stderr: RUNTIME_ERROR (an output flood; the log
   keeps its head and tail);
 - a frame that fails authentication: REWARD_HACK (something wrote on the result channel).
+Given a `Sandbox`, the worker starts inside it (private uid and folder, PID namespace, Landlock,
+seccomp: harness/sandbox) and closing kills every process it started.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from solforge.harness.channel import (
 from solforge.harness.output_log import OutputLog
 from solforge.harness.process import describe_exit, kill_group, python_command, start
 from solforge.harness.protocol import WorkerConfig
+from solforge.harness.sandbox import Sandbox
 
 
 class WorkerLost(Exception):
@@ -45,17 +48,23 @@ class Limits:
     setup_timeout_s: float = 180.0  # start, import the candidate (compile at import included)
     workload_timeout_s: float = 180.0  # rounds, timing and re-checks of one workload
     log_limit_bytes: int = 8 << 20
+    sandbox: bool = True  # run candidates and builds in harness/sandbox (off: debugging only)
 
 
 class WorkerSession:
     def __init__(self, config: WorkerConfig, limits: Limits, env: dict[str, str],
-                 cwd: Path) -> None:
+                 cwd: Path, sandbox: Sandbox | None = None) -> None:
         self.limits = limits
+        self.sandbox = sandbox
         key = secrets.token_bytes(32)
         result_read, result_write = os.pipe()
         command_read, command_write = os.pipe()
-        argv = python_command("solforge.harness.worker", str(result_write), str(command_read))
-        self.process = start(argv, env, cwd, pass_fds=(result_write, command_read))
+        passed = (result_write, command_read)
+        spec = sandbox.spec(keep_fds=passed) if sandbox else None
+        argv = python_command("solforge.harness.worker", *map(str, passed), sandbox=spec)
+        if sandbox is not None:
+            env, cwd = sandbox.env(env), Path(spec.cwd)
+        self.process = start(argv, env, cwd, pass_fds=passed)
         os.close(result_write)
         os.close(command_read)
         self._fds = (result_read, command_write)
@@ -111,8 +120,11 @@ class WorkerSession:
                              f"{self._exit_note()} (its command pipe is closed)") from None
 
     def close(self) -> None:
-        """Kill the worker's process group (nothing it could still send is wanted)."""
-        kill_group(self.process)
+        """Kill the worker and all it started (nothing it could still send is wanted)."""
+        if self.sandbox is not None:
+            self.sandbox.kill(self.process)
+        else:
+            kill_group(self.process)
         self.log.wait(1)
         for fd in self._fds:
             with contextlib.suppress(OSError):
