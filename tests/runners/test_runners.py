@@ -28,6 +28,7 @@ from solforge.data.solution import load_solution, solution_from_python
 from solforge.data.trace import Status
 from solforge.errors import SolforgeError
 from solforge.harness.evaluate import EvalConfig
+from solforge.harness.session import Limits
 from solforge.runners import EvalTask, TaskResult, open_runner
 from solforge.runners.prebuilt import Prebuilt, build_unit, install
 from solforge.runners.unit import execute
@@ -46,6 +47,12 @@ def _solution(path: Path) -> dict:
     if path.suffix == ".py":
         return solution_from_python(path.read_text(), path.parent.name, "rmsnorm_small").to_dict()
     return load_solution(path, "rmsnorm_small").to_dict()
+
+
+def _driver_killable() -> Limits:
+    """Without the sandbox: kills_driver stands for any death of a unit's process, and in the
+    sandbox a candidate cannot kill its driver (tests/harness/test_sandbox.py)."""
+    return replace(short_limits(), sandbox=False)
 
 
 def _config(cache: Path) -> EvalConfig:
@@ -192,7 +199,7 @@ def test_a_unit_whose_process_is_killed_is_retried_then_recorded_as_failed(
         runner_kind, tmp_path, request):
     options = ({"ray_address": request.getfixturevalue("ray_address")}
                if runner_kind == "ray" else {})
-    config = _config(tmp_path / "cache")
+    config = replace(_config(tmp_path / "cache"), limits=_driver_killable())
     tasks = [EvalTask(SMALL, config, solution=_solution(KILLS_DRIVER), key="always"),
              EvalTask(SMALL, config, solution=_solution(KILLS_DRIVER_ONCE), key="once"),
              EvalTask(SMALL, config, solution=_solution(HONEST / "triton_rmsnorm" /
@@ -262,7 +269,7 @@ def solutions(tmp_path) -> Path:
 def test_bench_saves_every_trace_and_records_a_lost_unit_as_failed(tmp_path, solutions):
     store = open_store(f"sqlite:///{tmp_path / 'bench.db'}")
     problems = plan_problems([SMALL], find_solutions([solutions]), "cpu")
-    config = BenchConfig(device="cpu", baseline="eager", limits=short_limits(),
+    config = BenchConfig(device="cpu", baseline="eager", limits=_driver_killable(),
                          cache_dir=tmp_path / "cache", workers=2)
     outcome = run_bench(problems, store, config)
     statuses = {row.record["solution"]: row.status for row in store.rows(TraceRow)}

@@ -63,6 +63,7 @@ class Performance:
 class Environment:
     hardware: str
     libs: dict[str, str] = field(default_factory=dict)
+    sandbox: dict[str, str] = field(default_factory=dict)  # protection -> what, or why not
 
 
 @dataclass(frozen=True)

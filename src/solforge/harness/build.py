@@ -40,7 +40,12 @@ from solforge.data import languages
 from solforge.data.solution import CPP_SUFFIXES, Solution
 from solforge.data.trace import Status
 from solforge.harness.compile_flags import refused_flag
-from solforge.harness.process import describe_exit, python_command, python_env, run_captured
+from solforge.harness.process import (
+    describe_exit,
+    python_env,
+    run_module_sandboxed,
+    run_program_sandboxed,
+)
 
 SPEC_FILE = "build_spec.json"
 COMPILE_ONLY_MARKER = "compile_only.ok"
@@ -106,8 +111,8 @@ def build_solution(solution: Solution, cache_dir: Path, device_type: str,
             "binding": binding, "entry_function": solution.entry_function,
             "include_dirs": [str(d) for d in _include_dirs(solution)]}
     (folder / SPEC_FILE).write_text(json.dumps(spec))
-    finished = run_captured(python_command("solforge.harness.build", str(folder / SPEC_FILE)),
-                            timeout_s, _compile_env(), folder)
+    finished = run_module_sandboxed("solforge.harness.build", [str(folder / SPEC_FILE)],
+                                    timeout_s, _compile_env(), folder, folder)
     seconds = time.perf_counter() - start
     if finished.timed_out:
         raise BuildFailure(Status.TIMEOUT, f"compile ran past {timeout_s:g} s\n"
@@ -202,7 +207,7 @@ def _compile_objects(solution: Solution, folder: Path, module_name: str, nvcc: s
                    f"-DTORCH_EXTENSION_NAME={module_name}",
                    "-DTORCH_API_INCLUDE_EXTENSION_H", *solution.compile_options.cuda_cflags]
         remaining = max(1.0, timeout_s - (time.perf_counter() - start))
-        finished = run_captured(command, remaining, dict(os.environ), folder)
+        finished = run_program_sandboxed(command, remaining, dict(os.environ), folder, folder)
         if finished.timed_out:
             raise BuildFailure(Status.TIMEOUT, f"compile-only check of {source.path} ran past "
                                                f"{timeout_s:g} s")

@@ -184,6 +184,7 @@ class EvaluationRun:
         self.supervisor = Supervisor(problem.root, self.device,
                                      ReferenceOracle(problem, self.device), self.timing_method,
                                      config.limits, config.max_restarts, self.cache_dir)
+        self.environment = environment(self.device, self.supervisor.sandbox_policy().active)
 
     def prepare_workers(self, count: int) -> None:
         """Have `count` workers waiting now, so they import and initialise while the driver

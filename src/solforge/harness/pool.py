@@ -25,12 +25,15 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from solforge.harness.process import kill_group, python_command, start
+from solforge.harness.sandbox import Sandbox
 
 PLACE = "place"  # the unauthenticated first frame: the folder the worker works in
+SandboxMaker = Callable[[], Sandbox]
 PREWARM_ENV = "SOLFORGE_WORKER_PREWARM"  # "1": initialise CUDA and import Triton while waiting
 
 
@@ -42,25 +45,45 @@ class Spawned:
     result_fd: int  # the driver reads results here
     command_fd: int  # the driver writes commands here
     started: float  # time.monotonic() at spawn
+    sandbox: Sandbox | None = None  # the sandbox it runs in, if any
+
+    def cwd(self, default: Path) -> Path:
+        """Where it works: its sandbox's private home, else `default`."""
+        return Path(self.sandbox.spec().cwd) if self.sandbox is not None else default
+
+    def kill(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.kill(self.process)
+        else:
+            kill_group(self.process)
 
     def discard(self) -> None:
-        kill_group(self.process)
+        self.kill()
+        if self.sandbox is not None:
+            self.sandbox.remove()
         for fd in (self.result_fd, self.command_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
 
 
-def spawn(env: dict[str, str]) -> Spawned:
+def spawn(env: dict[str, str], make_sandbox: SandboxMaker | None = None) -> Spawned:
     """Start one worker process; it imports the harness and waits for its PLACE and CONFIG.
-    It starts in the root folder: nothing it does before PLACE depends on a folder."""
+    With `make_sandbox`, it starts inside a fresh sandbox made now (its private folder, uid,
+    Landlock, seccomp: nothing of them depends on the candidate, whose files the driver copies
+    in later); without, in the root folder, since nothing it does before PLACE needs one."""
     result_read, result_write = os.pipe()
     command_read, command_write = os.pipe()
-    argv = python_command("solforge.harness.prespawned", str(result_write), str(command_read))
-    process = start(argv, {**env, PREWARM_ENV: "1"}, Path("/"),
-                    pass_fds=(result_write, command_read))
+    passed = (result_write, command_read)
+    sandbox = make_sandbox() if make_sandbox is not None else None
+    spec = sandbox.spec(keep_fds=passed) if sandbox is not None else None
+    argv = python_command("solforge.harness.prespawned", *map(str, passed), sandbox=spec)
+    env, cwd = {**env, PREWARM_ENV: "1"}, Path("/")
+    if sandbox is not None:
+        env, cwd = sandbox.env(env), Path(spec.cwd)
+    process = start(argv, env, cwd, pass_fds=passed)
     os.close(result_write)
     os.close(command_read)
-    return Spawned(process, result_read, command_write, time.monotonic())
+    return Spawned(process, result_read, command_write, time.monotonic(), sandbox)
 
 
 def enabled() -> bool:
@@ -74,27 +97,31 @@ class WorkerPool:
         self._waiting: dict[tuple, list[Spawned]] = {}
         self._lock = threading.Lock()
 
-    def prepare(self, env: dict[str, str], count: int = 1) -> None:
-        """Have `count` workers waiting for `env` (start the missing ones now)."""
+    def prepare(self, env: dict[str, str], count: int = 1,
+                make_sandbox: SandboxMaker | None = None, kind: object = None) -> None:
+        """Have `count` workers waiting for `env` and sandbox `kind` (start the missing ones
+        now, each in a sandbox of its own from `make_sandbox`)."""
         if not enabled():
             return
-        key = _key(env)
+        key = _key(env, kind)
         with self._lock:
             waiting = self._waiting.setdefault(key, [])
             waiting[:] = [s for s in waiting if s.process.poll() is None]
             while len(waiting) < count:
-                waiting.append(spawn(env))
+                waiting.append(spawn(env, make_sandbox))
 
-    def take(self, env: dict[str, str]) -> Spawned:
-        """A waiting worker for `env` that is still alive, or a freshly started one."""
+    def take(self, env: dict[str, str], make_sandbox: SandboxMaker | None = None,
+             kind: object = None) -> Spawned:
+        """A waiting worker for `env` and sandbox `kind` that is still alive, or a freshly
+        started one."""
         with self._lock:
-            waiting = self._waiting.get(_key(env), [])
+            waiting = self._waiting.get(_key(env, kind), [])
             while waiting:
                 spawned = waiting.pop(0)
                 if spawned.process.poll() is None:
                     return spawned
                 spawned.discard()
-        return spawn(env)
+        return spawn(env, make_sandbox)
 
     def waiting(self) -> int:
         with self._lock:
@@ -109,8 +136,8 @@ class WorkerPool:
             self._waiting.clear()
 
 
-def _key(env: dict[str, str]) -> tuple:
-    return tuple(sorted(env.items()))
+def _key(env: dict[str, str], kind: object) -> tuple:
+    return (tuple(sorted(env.items())), repr(kind))
 
 
 _SHARED: WorkerPool | None = None

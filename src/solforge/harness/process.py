@@ -2,6 +2,8 @@
 
 `start_new_session` puts the child and everything it forks in a new process group, so a
 timeout kills all of them at once (a forked grandchild cannot keep a GPU or a pipe busy).
+Given a `SandboxSpec`, the interpreter starts isolated (`python -I`) through the sandbox's
+launcher, which applies the spec before the module runs (harness/sandbox).
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from solforge.harness.output_log import OutputLog
+from solforge.harness.sandbox import Sandbox, launcher, policy_for, protected_driver
+from solforge.harness.sandbox.spec import SandboxSpec
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,9 @@ class Finished:
         return self.returncode is None
 
 
-def python_command(module: str, *args: str) -> list[str]:
+def python_command(module: str, *args: str, sandbox: SandboxSpec | None = None) -> list[str]:
+    if sandbox is not None:
+        return launcher.command([sandbox.to_json(), module, *args])
     return [sys.executable, "-m", module, *args]
 
 
@@ -57,17 +63,52 @@ def kill_group(process: subprocess.Popen) -> None:
 
 
 def run_captured(argv: Sequence[str], timeout_s: float, env: dict[str, str],
-                 cwd: Path) -> Finished:
-    """Run to completion or to the timeout; output kept bounded."""
+                 cwd: Path, kill: Callable[[subprocess.Popen], None] | None = None) -> Finished:
+    """Run to completion or to the timeout; output kept bounded. `kill` ends whatever is left
+    (default: the process group)."""
     process = start(argv, env, cwd)
     log = OutputLog(process.stdout)
     try:
         returncode: int | None = process.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         returncode = None
-    kill_group(process)
+    (kill or kill_group)(process)
     log.wait(5)
     return Finished(returncode, log.text())
+
+
+def run_module_sandboxed(module: str, args: Sequence[str], timeout_s: float,
+                         env: dict[str, str], folder: Path, output: Path) -> Finished:
+    """`python -m module args` to completion in a sandbox like a worker's (private uid and
+    folder, PID namespace, Landlock, seccomp) that may read `folder` and write only its own
+    private folder and `output` (the solution's own build folder): the compile step, so nothing
+    a compiler flag or a build script runs can touch the driver's other files. Without a
+    sandbox (SOLFORGE_SANDBOX=off), a plain run."""
+    return _run_sandboxed(module, list(args), timeout_s, env, folder, output)
+
+
+def run_program_sandboxed(argv: Sequence[str], timeout_s: float, env: dict[str, str],
+                          folder: Path, output: Path) -> Finished:
+    """A program (nvcc, say) run like `run_module_sandboxed`: restricted before it starts."""
+    return _run_sandboxed(None, list(argv), timeout_s, env, folder, output)
+
+
+def _run_sandboxed(module: str | None, args: list[str], timeout_s: float, env: dict[str, str],
+                   folder: Path, output: Path) -> Finished:
+    policy = policy_for((str(folder.resolve()),))
+    if not policy.enabled:
+        plain = python_command(module, *args) if module else args
+        return run_captured(plain, timeout_s, env, folder)
+    sandbox = Sandbox(policy, shared=(output,))
+    try:
+        spec = sandbox.spec()
+        argv = (python_command(module, *args, sandbox=spec) if module
+                else launcher.command([spec.to_json(), "--exec", *args]))
+        with protected_driver():
+            return run_captured(argv, timeout_s, sandbox.env(env), Path(spec.cwd),
+                                kill=sandbox.kill)
+    finally:
+        sandbox.remove()
 
 
 def describe_exit(returncode: int | None) -> str:

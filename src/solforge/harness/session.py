@@ -7,6 +7,8 @@ Every way the worker can stop answering becomes a `WorkerLost` with the status i
 - more than `log_limit_bytes` written to stdout/stderr: RUNTIME_ERROR (an output flood; the log
   keeps its head and tail);
 - a frame that fails authentication: REWARD_HACK (something wrote on the result channel).
+Given a `Sandbox`, the worker starts inside it (private uid and folder, PID namespace, Landlock,
+seccomp: harness/sandbox) and closing kills every process it started.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from solforge.harness.channel import (
 from solforge.harness.output_log import OutputLog
 from solforge.harness.phases import switch
 from solforge.harness.pool import PLACE, Spawned, spawn
-from solforge.harness.process import describe_exit, kill_group
+from solforge.harness.process import describe_exit
 from solforge.harness.protocol import WorkerConfig
 
 # The phase (phases.py) a workload is in after the driver sends / receives a frame kind.
@@ -53,17 +55,22 @@ class Limits:
     setup_timeout_s: float = 180.0  # start, import the candidate (compile at import included)
     workload_timeout_s: float = 180.0  # rounds, timing and re-checks of one workload
     log_limit_bytes: int = 8 << 20
+    sandbox: bool = True  # run candidates and builds in harness/sandbox (off: debugging only)
 
 
 class WorkerSession:
     def __init__(self, config: WorkerConfig, limits: Limits, env: dict[str, str],
                  cwd: Path, spawned: Spawned | None = None) -> None:
-        """Drive `spawned` (a worker started ahead, see pool.py) or a worker started now."""
+        """Drive `spawned` (a worker started ahead, in its sandbox if it has one: see pool.py)
+        or a worker started now, unsandboxed."""
         self.limits = limits
         key = secrets.token_bytes(32)
         spawned = spawned or spawn(env)
+        self.sandbox = spawned.sandbox
+        self.spawned = spawned
         self.process = spawned.process
         self._fds = (spawned.result_fd, spawned.command_fd)
+        cwd = spawned.cwd(cwd)
         self.log = OutputLog(self.process.stdout)
         self.reader = FrameReader(spawned.result_fd, key)
         self.writer = FrameWriter(spawned.command_fd, key)
@@ -123,9 +130,9 @@ class WorkerSession:
                              f"{self._exit_note()} (its command pipe is closed)") from None
 
     def close(self) -> None:
-        """Kill the worker's process group (nothing it could still send is wanted)."""
+        """Kill the worker and all it started (nothing it could still send is wanted)."""
         switch(None)
-        kill_group(self.process)
+        self.spawned.kill()
         self.log.wait(1)
         for fd in self._fds:
             with contextlib.suppress(OSError):

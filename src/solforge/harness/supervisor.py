@@ -5,14 +5,16 @@ A worker that dies, hangs, floods its output or stops answering loses the worklo
 (RUNTIME_ERROR or TIMEOUT) and a fresh worker takes the remaining ones, up to `max_restarts`
 times; after that every remaining workload gets the last failure. A failure to load the
 solution, or a guard tripped at import, is final for every workload. A candidate caught
-cheating is disqualified: every workload not yet evaluated is a REWARD_HACK too.
+cheating is disqualified: every workload not yet evaluated is a REWARD_HACK too. Each worker
+runs in a fresh sandbox (harness/sandbox) holding a copy of the solution's files, never in the
+driver's cache.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -26,9 +28,10 @@ from solforge.harness.build import Build
 from solforge.harness.judge import Judge, Plan, WorkloadResult
 from solforge.harness.oracle import ReferenceOracle
 from solforge.harness.phases import phase, record
-from solforge.harness.pool import shared_pool
+from solforge.harness.pool import SandboxMaker, shared_pool
 from solforge.harness.process import python_env
 from solforge.harness.protocol import WorkerConfig
+from solforge.harness.sandbox import Policy, Sandbox, jit_cache, policy_for, protected_driver
 from solforge.harness.session import Limits, WorkerLost, WorkerSession
 
 Progress = Callable[[str], None]
@@ -59,17 +62,26 @@ class Supervisor:
         results: dict[str, WorkloadResult] = {}
         logs: list[str] = []
         restarts = 0
+        policy = self.sandbox_policy()
+        warm = self._warm_cache(policy)
         while pending:
             env = self._env()
-            session = WorkerSession(self._config(role, solution, build, plan), self.limits,
-                                    env, build.folder if build else self.workdir,
-                                    shared_pool().take(env))
+            spawned = shared_pool().take(env, _sandbox_maker(policy, warm), policy)
+            sandbox = spawned.sandbox
             try:
-                ended = self._drive(session, plan, pending, results, report)
+                with protected_driver():
+                    session = WorkerSession(
+                        self._config(role, solution, _placed(build, sandbox), plan),
+                        self.limits, env, build.folder if build else self.workdir, spawned)
+                    try:
+                        ended = self._drive(session, plan, pending, results, report)
+                    finally:
+                        with phase("worker_close"):
+                            session.close()
+                        logs.append(session.log.text())
             finally:
-                with phase("worker_close"):
-                    session.close()
-                logs.append(session.log.text())
+                if sandbox is not None:
+                    sandbox.remove()
             if ended is None:
                 break
             restarts += 1
@@ -80,6 +92,18 @@ class Supervisor:
                 break
             report(f"restarting the worker ({restarts}/{self.max_restarts})")
         return RoleRun(results, "\n".join(logs))
+
+    def sandbox_policy(self) -> Policy:
+        """What isolates this runner's workers (recorded in each trace's environment)."""
+        if not self.limits.sandbox:
+            return Policy(active={"sandbox": "off (Limits.sandbox=False)"})
+        return policy_for((str(self.problem_dir.resolve()),), self.device.type)
+
+    def _warm_cache(self, policy: Policy) -> Path | None:
+        """The trusted JIT-cache template every sandbox starts from (made once per machine)."""
+        if not policy.enabled:
+            return None
+        return jit_cache.template(self.device.type, policy, self._env())
 
     def _drive(self, session: WorkerSession, plan: Plan, pending: list[Workload],
                results: dict[str, WorkloadResult], report: Progress) -> WorkloadResult | None:
@@ -130,7 +154,9 @@ class Supervisor:
     def prepare_workers(self, count: int) -> None:
         """Have `count` workers of this runner waiting, to be taken by later `run`s (each by
         one; see pool.py)."""
-        shared_pool().prepare(self._env(), count)
+        policy = self.sandbox_policy()
+        shared_pool().prepare(self._env(), count,
+                              _sandbox_maker(policy, self._warm_cache(policy)), policy)
 
 
 class TimedOracle:
@@ -167,6 +193,25 @@ def worker_env(device_type: str) -> dict[str, str]:
     else:
         env.pop("TRITON_INTERPRET", None)
     return env
+
+
+def _sandbox_maker(policy: Policy, warm: Path | None) -> SandboxMaker | None:
+    """How each of this runner's workers gets its own sandbox (None: the sandbox is off)."""
+    if not policy.enabled:
+        return None
+    return lambda: Sandbox(policy, warm_cache=warm)
+
+
+def _placed(build: Build | None, sandbox: Sandbox | None) -> Build | None:
+    """The build as the sandboxed worker sees it: its files copied into the private folder
+    (of the compiler's output only the libraries)."""
+    if build is None or sandbox is None:
+        return build
+    files = [p for p in build.folder.rglob("*") if p.is_file()
+             and (p.relative_to(build.folder).parts[0] != "build" or p.suffix == ".so")]
+    root = sandbox.copy_in(build.folder, files)
+    library = root / build.library.relative_to(build.folder) if build.library else None
+    return replace(build, folder=root, library=library)
 
 
 def _await_ready(session: WorkerSession, timeout_s: float) -> None:

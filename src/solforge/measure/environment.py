@@ -1,5 +1,6 @@
-"""The environment a trace was measured in: the device and the library versions; for a whole
-run, also the driver and the clocks, since a time means little without the clock it ran at."""
+"""The environment a trace was measured in: the device, the library versions and the sandbox's
+protections (what isolated the candidate, or why a protection was missing); for a whole run,
+also the driver and the clocks, since a time means little without the clock it ran at."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from solforge.data.trace import Environment
 from solforge.measure.clocks import clock_reader
 
 
-def environment(device: torch.device) -> Environment:
+def environment(device: torch.device, sandbox: dict[str, str] | None = None) -> Environment:
     libs = {"torch": torch.__version__, "python": platform.python_version()}
     if torch.version.cuda:
         libs["cuda"] = torch.version.cuda
@@ -23,7 +24,7 @@ def environment(device: torch.device) -> Environment:
             libs[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             continue
-    return Environment(hardware_name(device), libs)
+    return Environment(hardware_name(device), libs, dict(sandbox or {}))
 
 
 def run_environment(device: torch.device) -> dict[str, Any]:

@@ -1,0 +1,99 @@
+"""A warm, trusted start for every sandbox's JIT caches.
+
+Each sandbox's Triton and Inductor caches are private and fresh, so one candidate cannot plant
+a compiled artifact that another (or the torch.compile baseline) loads. Fresh means cold: on
+the CPU, Inductor's first compile probes the instruction sets by building small programs
+(tens of seconds on a busy 2-core machine), Triton on the GPU builds its driver utilities.
+Those artifacts do not depend on the candidate, so the driver makes them once per machine and
+library versions, in a sandbox running only warm.py, keeps them in a folder of its own and
+copies them into each new sandbox (~1 MB, milliseconds). Nothing a candidate wrote ever flows
+back into the template.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from solforge.harness.sandbox import launcher
+from solforge.harness.sandbox.box import Sandbox
+from solforge.harness.sandbox.driver import kill_sandbox, protected_driver
+from solforge.harness.sandbox.policy import Policy
+
+WARM_TIMEOUT_S = 600.0
+READY = "ready"
+
+
+def template_root() -> Path:
+    versions = f"{torch.__version__} {platform.python_version()} {_triton_version()}"
+    tag = hashlib.sha256(versions.encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"solforge-jit-{os.getuid()}-{tag}"
+
+
+_failed: set[str] = set()  # device types whose warm-up failed in this process (not retried)
+
+
+def template(device_type: str, policy: Policy, env: dict[str, str]) -> Path | None:
+    """The warm cache folder for `device_type`, made on first use; None if warming failed."""
+    root = template_root()
+    folder = root / device_type
+    if (folder / READY).is_file():
+        return folder / "cache"
+    if device_type in _failed:
+        return None
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one warm-up per machine, other drivers wait
+        if not (folder / READY).is_file():
+            _warm(folder, policy, env)
+    if not (folder / READY).is_file():
+        _failed.add(device_type)
+        return None
+    return folder / "cache"
+
+
+def _warm(folder: Path, policy: Policy, env: dict[str, str]) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    sandbox = Sandbox(policy)
+    try:
+        spec = sandbox.spec()
+        argv = launcher.command([spec.to_json(), "solforge.harness.sandbox.warm",
+                                 folder.name])
+        with protected_driver():
+            process = subprocess.Popen(argv, env=sandbox.env(env), cwd=spec.cwd,
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, start_new_session=True)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=WARM_TIMEOUT_S)
+            kill_sandbox(process, sandbox.uid)
+        if process.returncode == 0:
+            shutil.copytree(sandbox.folder / "cache", folder / "cache", symlinks=True)
+            _own(folder)
+            (folder / READY).write_text("made by solforge.harness.sandbox.warm\n")
+    finally:
+        sandbox.remove()
+
+
+def _own(folder: Path) -> None:
+    """The template belongs to the driver (the warm-up ran under a private uid)."""
+    for path in (folder, *folder.rglob("*")):
+        with contextlib.suppress(OSError):
+            os.chown(path, os.getuid(), os.getgid(), follow_symlinks=False)
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:
+        return "none"
