@@ -145,6 +145,7 @@ def _mean_y(marks: list[ElementTree.Element]) -> float:
     return sum(float(mark.get("y")) for mark in marks) / len(marks)
 
 
+@pytest.mark.slow
 def test_leaderboard_ranks_by_mean_score(page):
     rows = _table_rows(page.read_text(), "leaderboard-table")
     by_key = {(r[1], r[2], r[4]): r for r in rows}
@@ -163,6 +164,7 @@ def test_leaderboard_ranks_by_mean_score(page):
     assert rows[-1][9] == f"{0.8 / 2.0:.3g}x"  # CPU against the CPU baseline only
 
 
+@pytest.mark.slow
 def test_problem_table_rows(page):
     rows = _table_rows(page.read_text(), "problems-table")
     assert [(r[0], r[1], r[2]) for r in rows] == [
@@ -179,6 +181,7 @@ def test_problem_table_rows(page):
     assert rows[1][7] == "-" and rows[1][9] == "-"  # no S for CPU timings
 
 
+@pytest.mark.slow
 def test_charts_are_inline_svg_with_every_series(page):
     html = page.read_text()
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "").replace(
@@ -201,6 +204,7 @@ def test_charts_are_inline_svg_with_every_series(page):
         assert group is not None and group.find(f".//{SVG}path") is not None, ceiling
 
 
+@pytest.mark.slow
 def test_header_names_runs_and_versions(page):
     html = page.read_text()
     runs = _table_rows(html, "runs-table")
@@ -211,6 +215,7 @@ def test_header_names_runs_and_versions(page):
     assert "left out of every SOL score and of the roofline (1 of 7" in html
 
 
+@pytest.mark.slow
 def test_run_filter_shows_only_that_run(store_url):
     data = gather(open_store(store_url), [2])
     assert [r.id for r in data.runs] == [2]
@@ -244,6 +249,7 @@ def test_missing_or_empty_store_is_an_error_not_a_traceback(tmp_path, monkeypatc
     assert "holds no traces" in error and "Traceback" not in error
 
 
+@pytest.mark.slow
 def test_cli_writes_the_page(store_url, tmp_path, monkeypatch, capsys):
     output = tmp_path / "out" / "report.html"
     monkeypatch.setattr(sys, "argv", ["solforge", "report", "--db", store_url, "-o", str(output)])
@@ -285,6 +291,7 @@ def test_chromium_catches_a_console_error(tmp_path):
     assert any("missing is not defined" in line for line in console)
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_chromium_renders_the_page_without_console_errors(page, tmp_path):
     dom, console = _chromium(page, tmp_path / "profile")
@@ -296,6 +303,7 @@ def test_chromium_renders_the_page_without_console_errors(page, tmp_path):
     assert dom.count("<use") == page.read_text().count("<use")  # every marker is in the DOM
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_clicking_a_header_sorts_the_table(page, tmp_path):
     clicked = tmp_path / "clicked.html"
