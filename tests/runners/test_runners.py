@@ -147,6 +147,7 @@ def _has_gpu() -> bool:
 
 # -- the local runner --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_local_runner_runs_units_side_by_side_and_hands_each_back_when_done(tmp_path):
     config = _config(tmp_path / "cache")
     tasks = [EvalTask(SMALL, config, baseline="eager", key="eager"),
@@ -169,6 +170,7 @@ def test_local_runner_runs_units_side_by_side_and_hands_each_back_when_done(tmp_
     assert missing.traces == () and "neither a problem folder" in missing.error
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner_kind", ["local", "ray"])
 def test_a_unit_whose_process_is_killed_is_retried_then_recorded_as_failed(
         runner_kind, tmp_path, request):
@@ -203,6 +205,7 @@ def cpp_build(tmp_path_factory) -> tuple[Path, dict, Prebuilt]:
     return cache, solution, prebuilt
 
 
+@pytest.mark.slow
 def test_an_installed_build_is_evaluated_without_compiling_again(cpp_build, tmp_path):
     _, solution, prebuilt = cpp_build
     no_time_to_compile = replace(_config(tmp_path / "gpu-node"), compile_timeout_s=0.001)
@@ -241,6 +244,7 @@ def solutions(tmp_path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_bench_saves_every_trace_and_records_a_lost_unit_as_failed(tmp_path, solutions):
     store = open_store(f"sqlite:///{tmp_path / 'bench.db'}")
     problems = plan_problems([SMALL], find_solutions([solutions]), "cpu")
@@ -319,6 +323,7 @@ def test_ray_evaluates_on_gpus_and_compiles_cuda_in_a_cpu_task(tmp_path):
 
 # -- the optimizer through the runners -----------------------------------------------------------
 
+@pytest.mark.slow
 def test_optimize_judges_candidates_side_by_side_on_the_local_runner(tmp_path):
     from solforge.forge import archive
     from solforge.forge.loop import OptimizeConfig, Optimizer
