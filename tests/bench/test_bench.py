@@ -100,6 +100,7 @@ def test_the_cpu_default_is_the_problems_with_solutions(solutions):
 
 # -- the loop ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_bench_stores_everything_and_a_rerun_skips_it(tmp_path, solutions):
     store, outcome = _bench(tmp_path, solutions)
     assert (outcome.measured, outcome.skipped, outcome.interrupted) == (2, 0, False)
@@ -125,6 +126,7 @@ def test_bench_stores_everything_and_a_rerun_skips_it(tmp_path, solutions):
     assert line.eager_ms == (traces["reference:eager"].latency_ms,) and line.compile_ms == ()
 
 
+@pytest.mark.slow
 def test_a_crash_and_an_interrupt_keep_what_was_saved(tmp_path, solutions):
     with pytest.raises(RuntimeError, match="crash"):
         _bench(tmp_path, solutions, StopAfter(1, RuntimeError("crash")))
@@ -207,6 +209,7 @@ def test_tier_medians_and_the_cpu_leave_scores_out():
 
 # -- the commands ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_bench_resumes_and_traces_round_trip(tmp_path, solutions, monkeypatch):
     monkeypatch.setenv("SOLFORGE_CACHE", str(tmp_path / "cache"))
     runner = CliRunner()

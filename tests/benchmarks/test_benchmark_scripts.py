@@ -22,6 +22,7 @@ def _run(script: Path, *args: str) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.slow
 def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path):
     first = _run(SUITE_SCRIPT, str(tmp_path), PROBLEM, "--device", "cpu")
     assert f"[1/1] {PROBLEM}: 2 measured, 0 already stored" in first.stdout
@@ -46,6 +47,7 @@ def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path):
 FORGE_SCRIPT = REPO / "benchmarks" / "forge_gpu.py"
 
 
+@pytest.mark.slow
 def test_forge_script_searches_records_resumes_and_reports_the_goal(tmp_path):
     first = _run(FORGE_SCRIPT, str(tmp_path), PROBLEM, "--budget", "2", "--device", "cpu")
     assert f"[1/1] {PROBLEM}: 2 judged" in first.stdout
@@ -65,6 +67,7 @@ def test_forge_script_searches_records_resumes_and_reports_the_goal(tmp_path):
     assert len((tmp_path / "cpu-forge.jsonl").read_text().splitlines()) == 1  # done: skipped
 
 
+@pytest.mark.slow
 def test_a_bad_target_is_a_message_not_a_traceback(tmp_path):
     for script in (SUITE_SCRIPT, FORGE_SCRIPT):
         done = subprocess.run([sys.executable, str(script), str(tmp_path), "l1/no_such_problem",

@@ -174,6 +174,7 @@ def test_check_reports_wrong_output_shape(make_problem):
         check_problem(folder)
 
 
+@pytest.mark.slow
 def test_cli_check_prints_one_line_error_without_traceback(make_problem):
     folder = make_problem(rmsnorm_definition(reference="x = 1\n"), [rmsnorm_workload(2)])
     done = subprocess.run([sys.executable, "-m", "solforge", "check", str(folder)],

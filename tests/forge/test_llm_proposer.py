@@ -201,6 +201,7 @@ def test_impossible_settings_are_refused():
 
 # -- answers, the harness and feedback ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_proposed_kernel_passes_the_harness_on_the_cpu(
         make_proposer, store, problem, analysis, tmp_path):
     proposer = make_proposer()
@@ -226,6 +227,7 @@ def test_the_proposed_kernel_passes_the_harness_on_the_gpu(make_proposer, proble
     assert [t.status for t in traces] == [Status.PASSED] * len(problem.workloads)
 
 
+@pytest.mark.slow
 def test_a_kernel_that_does_not_compile_becomes_feedback_for_the_next_prompt(
         make_proposer, server, problem, analysis, tmp_path):
     server.then(BROKEN)

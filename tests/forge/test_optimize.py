@@ -41,6 +41,7 @@ def solution_of(file: Path, definition: str) -> dict:
             "sources": [{"path": "solution.py", "content": file.read_text()}]}
 
 
+@pytest.mark.slow
 def test_templates_seed_the_archive_and_a_rerun_reuses_the_store(tmp_path):
     problem = load_problem(PROBLEM)
     store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
@@ -55,6 +56,7 @@ def test_templates_seed_the_archive_and_a_rerun_reuses_the_store(tmp_path):
     assert len(archive.candidates(store, problem.name)) == len(stored) + again.judged
 
 
+@pytest.mark.slow
 def test_a_reward_hack_is_recorded_with_evidence_and_never_an_elite(tmp_path):
     problem = load_problem(PROBLEM)
     store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
@@ -66,6 +68,7 @@ def test_a_reward_hack_is_recorded_with_evidence_and_never_an_elite(tmp_path):
     assert archive.elites(store, problem.name) == []
 
 
+@pytest.mark.slow
 def test_the_llm_path_runs_against_an_openai_compatible_server(tmp_path):
     problem = load_problem(PROBLEM)
     store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
@@ -87,6 +90,7 @@ def test_the_llm_proposer_needs_an_endpoint():
         OptimizeConfig(budget=1, proposer="llm")
 
 
+@pytest.mark.slow
 def test_cli_optimize_writes_the_best_and_shows_the_archive(tmp_path):
     db = f"sqlite:///{tmp_path / 'forge.db'}"
     best = tmp_path / "best.json"

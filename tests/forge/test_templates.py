@@ -224,6 +224,7 @@ def captured() -> dict[str, object]:
     return dict(zip(labels, capture_solutions(jobs, target="sm_90", sass=True)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_rendered_kernel_compiles_for_sm90(captured, name):
     kernels = captured[name]
@@ -262,6 +263,7 @@ def harness_traces(tmp_path_factory):
         return {label: future.result() for label, future in futures.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("label", list(HARNESS_CASES))
 def test_rendered_kernel_passes_the_harness_on_the_cpu(harness_traces, label):
     traces = harness_traces[label]

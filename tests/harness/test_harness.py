@@ -585,6 +585,7 @@ def verdicts(tmp_path_factory):
         return {name: future.result() for name, future in cases.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(VERDICTS))
 def test_verdicts_that_are_not_hacks(verdicts, name):
     _, status, phrase = VERDICTS[name]
@@ -606,6 +607,7 @@ def test_destination_passing_solution_passes_and_baseline_is_cached(verdicts):
     assert evaluation.performance.reference_latency_ms == evaluation.baseline.latency_ms
 
 
+@pytest.mark.slow
 def test_cpp_compile_error_carries_the_compiler_message(tmp_path):
     source = "int run(int x) { return x }\n"  # missing semicolon
     solution = parse_solution(_solution(source, language="cpp", path="kernel.cpp"))
@@ -628,6 +630,7 @@ def test_cuda_solution_on_a_cpu_machine_is_compiled_only(tmp_path, source, statu
     assert phrase in traces[0].evaluation.log
 
 
+@pytest.mark.slow
 def test_cli_eval_json_and_output_file(tmp_path):
     output = tmp_path / "traces.jsonl"
     solution = HONEST / "pytorch_rmsnorm" / "solution.py"

@@ -94,6 +94,7 @@ def operands_for(m: int, n: int, k: int, dtype: str, layout: str) -> Operands:
     return random_operands(Shape(m, n, k, dtype, layout), torch.device("cpu"), seed=m + n + k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config,size", INTERPRETER_CASES,
                          ids=[f"{c.kernel}-{'x'.join(map(str, s))}" for c, s in INTERPRETER_CASES])
 def test_every_triton_variant_is_correct_in_the_interpreter(config, size):
@@ -156,6 +157,7 @@ def compiled(tmp_path_factory):
     return json.loads((folder / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_every_triton_variant_compiles_for_sm90a_with_the_instructions_it_is_for(compiled):
     found = {(r["config"]["kernel"], r["config"]["params"].get("ACC_FP16")): r for r in compiled}
     assert not [r["failure"] for r in compiled if r["failure"]]
@@ -193,6 +195,7 @@ def test_the_cuda_kernel_compiles_for_sm90a_with_wgmma_and_tma(tmp_path):
     assert "USETMAXREG" in sass  # setmaxnreg moved registers to the consumers
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None or not Path("/usr/local/cuda/include").is_dir(),
                     reason="needs g++ and the CUDA headers")
 def test_the_torch_binding_of_the_cuda_kernel_compiles(tmp_path):
@@ -424,6 +427,7 @@ def test_the_retriever_verifies_once_and_remembers_on_disk(tmp_path):
 
 # -- the dispatcher ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_matmul_falls_back_to_torch_on_the_cpu_and_for_other_inputs():
     dispatch.use_table(Table(), retrieval=False)
     a, b = torch.randn(8, 16, dtype=torch.float16), torch.randn(16, 4, dtype=torch.float16)

@@ -145,6 +145,7 @@ def _mean_y(marks: list[ElementTree.Element]) -> float:
     return sum(float(mark.get("y")) for mark in marks) / len(marks)
 
 
+@pytest.mark.slow
 def test_leaderboard_ranks_by_mean_score(page):
     html = page.read_text()
     rows = _table_rows(html, "leaderboard-table")
@@ -168,6 +169,7 @@ def test_leaderboard_ranks_by_mean_score(page):
     assert unranked[0][8] == f"{0.8 / 2.0:.3g}x"  # CPU against the CPU baseline only
 
 
+@pytest.mark.slow
 def test_problem_table_rows(page):
     rows = _table_rows(page.read_text(), "problems-table")
     assert [(r[0], r[1], r[2]) for r in rows] == [
@@ -184,6 +186,7 @@ def test_problem_table_rows(page):
     assert rows[1][7] == "-" and rows[1][9] == "-"  # no S for CPU timings
 
 
+@pytest.mark.slow
 def test_charts_are_inline_svg_with_every_series(page):
     html = page.read_text()
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "").replace(
@@ -234,6 +237,7 @@ def test_a_cpu_only_store_gets_charts_and_no_ranking(store_url):
     assert "measure the interpreter, not a kernel" in html
 
 
+@pytest.mark.slow
 def test_header_names_runs_and_versions(page):
     html = page.read_text()
     runs = _table_rows(html, "runs-table")
@@ -244,6 +248,7 @@ def test_header_names_runs_and_versions(page):
     assert "left out of every SOL score and of the roofline (1 of 7" in html
 
 
+@pytest.mark.slow
 def test_run_filter_shows_only_that_run(store_url):
     data = gather(open_store(store_url), [2])
     assert [r.id for r in data.runs] == [2]
@@ -281,6 +286,7 @@ def test_missing_or_empty_store_is_an_error_not_a_traceback(tmp_path, monkeypatc
     assert "holds no traces" in error and "Traceback" not in error
 
 
+@pytest.mark.slow
 def test_cli_writes_the_page(store_url, tmp_path, monkeypatch, capsys):
     output = tmp_path / "out" / "report.html"
     monkeypatch.setattr(sys, "argv", ["solforge", "report", "--db", store_url, "-o", str(output)])
@@ -323,6 +329,7 @@ def test_chromium_catches_a_console_error(tmp_path):
     assert any("missing is not defined" in line for line in console)
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_chromium_renders_the_page_without_console_errors(page, tmp_path):
     dom, console = _chromium(page, tmp_path / "profile")
@@ -334,6 +341,7 @@ def test_chromium_renders_the_page_without_console_errors(page, tmp_path):
     assert dom.count("<use") == page.read_text().count("<use")  # every marker is in the DOM
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_clicking_a_header_sorts_the_table(page, tmp_path):
     clicked = tmp_path / "clicked.html"

@@ -154,6 +154,7 @@ def _has_gpu() -> bool:
 
 # -- the local runner --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_local_runner_runs_units_side_by_side_and_hands_each_back_when_done(tmp_path):
     config = _config(tmp_path / "cache")
     tasks = [EvalTask(SMALL, config, baseline="eager", key="eager"),
@@ -176,6 +177,7 @@ def test_local_runner_runs_units_side_by_side_and_hands_each_back_when_done(tmp_
     assert missing.traces == () and "neither a problem folder" in missing.error
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 def test_local_runner_compiles_ahead_and_a_compile_error_never_takes_a_slot(tmp_path):
     config = _config(tmp_path / "cache")
@@ -228,6 +230,7 @@ def cpp_build(tmp_path_factory) -> tuple[Path, dict, Prebuilt]:
     return cache, solution, prebuilt
 
 
+@pytest.mark.slow
 def test_an_installed_build_is_evaluated_without_compiling_again(cpp_build, tmp_path):
     _, solution, prebuilt = cpp_build
     no_time_to_compile = replace(_config(tmp_path / "gpu-node"), compile_timeout_s=0.001)
@@ -266,6 +269,7 @@ def solutions(tmp_path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_bench_saves_every_trace_and_records_a_lost_unit_as_failed(tmp_path, solutions):
     store = open_store(f"sqlite:///{tmp_path / 'bench.db'}")
     problems = plan_problems([SMALL], find_solutions([solutions]), "cpu")
@@ -344,6 +348,7 @@ def test_ray_evaluates_on_gpus_and_compiles_cuda_in_a_cpu_task(tmp_path):
 
 # -- the optimizer through the runners -----------------------------------------------------------
 
+@pytest.mark.slow
 def test_optimize_judges_candidates_side_by_side_on_the_local_runner(tmp_path):
     from solforge.forge import archive
     from solforge.forge.loop import OptimizeConfig, Optimizer

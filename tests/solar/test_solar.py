@@ -325,6 +325,7 @@ def test_b200_clock_locked_profile_changes_the_compute_bound(make_problem):
     assert locked.t_sol_ms == pytest.approx(2 * 8192**3 / 1.811e15 * 1e3, rel=0.01)
 
 
+@pytest.mark.slow
 def test_cli_analyze_json_lines(make_problem):
     folder = make_problem(moe_spec(), [{"axes": {"T": 1}}, {"axes": {"T": 64}}])
     done = subprocess.run([sys.executable, "-m", "solforge", "analyze", str(folder), "--json",

@@ -62,6 +62,7 @@ def verdicts(tmp_path_factory) -> dict[str, list[tuple[str, Status, str]]]:
         return dict(zip(BUNDLED, found))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("address", BUNDLED)
 def test_solution_passes_the_harness_on_cpu(address, verdicts):
     results = verdicts[address]

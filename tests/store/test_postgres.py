@@ -140,6 +140,7 @@ def test_writers_share_a_postgres_store_without_duplicates_or_losses(postgres_ur
     _check_one_row_per_key_and_none_lost(postgres_url)
 
 
+@pytest.mark.slow
 def test_writers_share_a_sqlite_store_without_duplicates_or_losses(tmp_path):
     _check_one_row_per_key_and_none_lost(f"sqlite:///{tmp_path / 'shared.db'}")
 
@@ -210,6 +211,7 @@ def test_optimizers_share_a_postgres_archive_atomically(postgres_url):
     _check_the_archive(postgres_url)
 
 
+@pytest.mark.slow
 def test_optimizers_share_a_sqlite_archive_atomically(tmp_path):
     _check_the_archive(f"sqlite:///{tmp_path / 'archive.db'}")
 

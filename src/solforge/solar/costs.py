@@ -2,7 +2,7 @@
 
 Conventions (the README's "analysis conventions" section says the same):
 - a multiply-add is 2 FLOPs; a matrix product C[M,N] = A[M,K] B[K,N] is 2*M*N*K FLOPs on the tensor
-  core of its operands' origin precision (see trace.py: fp8 data upcast to float32 is an fp8
+  core of its operands' origin precision (see tracer.py: fp8 data upcast to float32 is an fp8
   product), "tensor.fp32" for float32 operands, priced by the fp32 policy later;
 - elementwise ops cost a few FLOPs per output element on the CUDA cores (weights below; they
   almost never bind), reductions one per input element;
