@@ -39,7 +39,7 @@ from pathlib import Path
 from solforge.harness import languages
 from solforge.harness.compile_flags import refused_flag
 from solforge.harness.process import describe_exit, python_command, python_env, run_captured
-from solforge.harness.solution import CPP_SUFFIXES, Solution
+from solforge.harness.solution import CPP_SUFFIXES, LIBRARY_PRELOADS, Solution
 from solforge.harness.trace import Status
 
 SPEC_FILE = "build_spec.json"
@@ -83,7 +83,7 @@ def build_solution(solution: Solution, cache_dir: Path, device_type: str,
     folder.mkdir(parents=True, exist_ok=True)
     solution.write_sources(folder)
     binding = solution.binding
-    missing = languages.missing_package(solution.languages, binding)
+    missing = languages.missing_package(solution.languages, binding) or _missing_library(solution)
     if missing is not None:
         raise BuildFailure(Status.COMPILE_ERROR, missing)
     if not solution.is_cpp:
@@ -127,6 +127,16 @@ def solution_slug(name: str) -> str:
 def _digest(solution: Solution) -> str:
     text = json.dumps(solution.to_dict(), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _missing_library(solution: Solution) -> str | None:
+    """A library the solution declares (flashinfer, nvmath-python) that is not installed."""
+    for dependency in solution.dependencies:
+        module = LIBRARY_PRELOADS.get(dependency)
+        if module is not None and not languages.is_installed(module):
+            return (f"the solution needs the Python package {dependency!r}, which is not "
+                    f"installed (pip install 'solforge[libraries]')")
+    return None
 
 
 def _check_gpu(solution: Solution, device_type: str) -> None:

@@ -40,6 +40,10 @@ LANGUAGE_PACKAGES = {lang.name: lang.package for lang in LANGUAGES.values()
 # imports it before snapshotting them when a source may use torch.compile, so that re-binding is
 # not mistaken for the candidate's monkey-patching.
 _DYNAMO_WORDS = ("compile", "dynamo", "inductor", "export")
+# Libraries a solution declares in spec.dependencies that the worker imports before the guards'
+# snapshot (their import starts threads or patches torch, which is not the candidate's doing).
+LIBRARY_PRELOADS = {"flashinfer": "flashinfer", "flashinfer-python": "flashinfer",
+                    "nvmath": "nvmath", "nvmath-python": "nvmath"}
 
 
 class SolutionError(SolforgeError):
@@ -109,6 +113,7 @@ class Solution:
     def preload_modules(self) -> tuple[str, ...]:
         """Modules the worker imports before the guards' snapshot (see _DYNAMO_WORDS)."""
         modules = list(preload_modules(self.languages, self.binding))
+        modules += [LIBRARY_PRELOADS[d] for d in self.dependencies if d in LIBRARY_PRELOADS]
         if any(word in source.content for source in self.sources for word in _DYNAMO_WORDS):
             modules.append("torch._dynamo")
         return tuple(modules)
