@@ -22,13 +22,16 @@ from typing import Any
 
 import torch
 
-from solforge.errors import SolforgeError
-from solforge.hardware.load import load_profile
-from solforge.problem import load_problem
-from solforge.problem.kernelbench import import_kernelbench_file
-from solforge.solar.analysis import analyze_workload
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
 
-RESULTS = Path(__file__).resolve().parent / "results" / "kernelbench-import-cpu.json"
+from solforge.errors import SolforgeError  # noqa: E402
+from solforge.hardware.load import load_profile  # noqa: E402
+from solforge.problem import load_problem  # noqa: E402
+from solforge.problem.kernelbench import import_kernelbench_file  # noqa: E402
+from solforge.solar.analysis import analyze_workload  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results" / "kernelbench-import-cpu.json"
 
 
 def import_and_analyze(source: Path, out_dir: Path, hardware: str = "H200") -> dict[str, Any]:

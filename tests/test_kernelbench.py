@@ -266,3 +266,23 @@ def test_cli_imports_one_file_under_a_given_name(tmp_path):
                                       "--name", "square_matmul"])
     assert result.exit_code == 0, result.output
     assert load_problem(tmp_path / "square_matmul").name == "square_matmul"
+
+
+@pytest.mark.slow
+def test_import_script_analyzes_every_fixture_with_no_uncosted_op(tmp_path):
+    """benchmarks/kernelbench_import.py's per-file step (import, load, analyze on the H200) on
+    every importable fixture: nothing is left without a cost rule."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from kernelbench_import import import_and_analyze
+
+    records = [import_and_analyze(FIXTURES / f"{address}.py", tmp_path / address.split("/")[0])
+               for address in sorted(IMPORTABLE)]
+    for record in records:
+        assert record["imported"], record
+        assert "analysis_error" not in record, record
+        assert record["uncosted_ops"] == [], record
+        assert record["t_sol_ms"] > 0
+    broken = import_and_analyze(BROKEN, tmp_path / "broken")
+    assert not broken["imported"] and "fails on meta tensors" in broken["error"]
