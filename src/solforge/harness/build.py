@@ -141,7 +141,8 @@ def _missing_library(solution: Solution) -> str | None:
 
 def _check_gpu(solution: Solution, device_type: str) -> None:
     """A language this GPU cannot run (cuTile before Blackwell) fails here, in one line."""
-    if device_type != "cuda":
+    limited = any(languages.LANGUAGES[n].min_capability for n in solution.languages)
+    if device_type != "cuda" or not limited:
         return
     import torch
 

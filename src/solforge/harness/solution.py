@@ -23,8 +23,6 @@ from typing import Any
 from solforge.errors import SolforgeError
 from solforge.harness.languages import (
     CPP_LANGUAGES,
-    LANGUAGES,
-    PYTHON,
     PYTHON_LANGUAGES,
     TORCH_BINDING,
     TVM_FFI_BINDING,
@@ -33,9 +31,6 @@ from solforge.harness.languages import (
 )
 
 CPP_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
-# Python packages a language needs beyond torch; missing one is a COMPILE_ERROR, not a crash.
-LANGUAGE_PACKAGES = {lang.name: lang.package for lang in LANGUAGES.values()
-                     if lang.family == PYTHON and lang.package is not None}
 # Importing torch._dynamo re-binds a few torch functions (torch.manual_seed, ...). The worker
 # imports it before snapshotting them when a source may use torch.compile, so that re-binding is
 # not mistaken for the candidate's monkey-patching.
@@ -117,9 +112,6 @@ class Solution:
         if any(word in source.content for source in self.sources for word in _DYNAMO_WORDS):
             modules.append("torch._dynamo")
         return tuple(modules)
-
-    def required_packages(self) -> list[str]:
-        return [LANGUAGE_PACKAGES[lang] for lang in self.languages if lang in LANGUAGE_PACKAGES]
 
     def write_sources(self, folder: Path) -> None:
         for source in self.sources:
