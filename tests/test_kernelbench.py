@@ -286,3 +286,19 @@ def test_import_script_analyzes_every_fixture_with_no_uncosted_op(tmp_path):
         assert record["t_sol_ms"] > 0
     broken = import_and_analyze(BROKEN, tmp_path / "broken")
     assert not broken["imported"] and "fails on meta tensors" in broken["error"]
+
+
+def test_attribute_named_like_a_forward_argument_gets_its_own_input(tmp_path):
+    """`self.h0` kept beside `forward(x, h0)` (KernelBench's GRU files): both are inputs."""
+    source = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+              "    def __init__(self):\n        super().__init__()\n"
+              "        self.h0 = torch.randn(2, 4)\n\n"
+              "    def forward(self, x, h0):\n        return x + h0\n\n\n"
+              "def get_inputs():\n    return [torch.randn(2, 4), torch.randn(2, 4)]\n\n\n"
+              "def get_init_inputs():\n    return []\n")
+    folder = import_kernelbench_file(write_file(tmp_path, source), tmp_path / "out")
+    problem = load_problem(folder)
+    assert list(problem.definition.inputs) == ["x", "h0", "state_h0"]
+    inputs = make_inputs(problem, problem.workloads[0])
+    out = reference_run(problem.definition)(**inputs)
+    torch.testing.assert_close(out, inputs["x"] + inputs["h0"])

@@ -234,6 +234,8 @@ def _state_tensors(model: nn.Module, taken: set[str],
         input_name = qualified.replace(".", "_")
         if not input_name.isidentifier() or keyword.iskeyword(input_name):
             input_name = f"param_{input_name}"
+        if input_name in taken or input_name in state:  # `self.h0` beside forward(x, h0)
+            input_name = f"state_{input_name}"
         if input_name in taken or input_name in state:
             raise ProblemError(path, "Model", f"parameter or buffer {qualified!r} becomes input "
                                               f"{input_name!r}, a name already taken")
