@@ -27,6 +27,7 @@ IMPORTABLE = {
     "level2/33_Gemm_BatchNorm_Tuple",
     "level3/90_DropPathSchedule_item",
     "level3/91_StatefulRNNCell",
+    "level3/93_RelativePositionBias",
 }
 OPTIONAL = Path(__file__).parent / "fixtures" / "kernelbench_optional"
 BROKEN = FIXTURES / "level1" / "99_Broken_data_dependent.py"
@@ -255,7 +256,7 @@ def test_cli_imports_a_folder_and_reports_the_failure(tmp_path):
     result = CliRunner().invoke(app, ["import", "kernelbench", str(FIXTURES), "-o",
                                       str(tmp_path)])
     assert result.exit_code == 1
-    assert "8 of 9 files imported" in result.output
+    assert "9 of 10 files imported" in result.output
     assert "fails on meta tensors" in result.output
     assert (tmp_path / "level1" / "23_Softmax" / "definition.json").is_file()
 
@@ -302,3 +303,17 @@ def test_attribute_named_like_a_forward_argument_gets_its_own_input(tmp_path):
     inputs = make_inputs(problem, problem.workloads[0])
     out = reference_run(problem.definition)(**inputs)
     torch.testing.assert_close(out, inputs["x"] + inputs["h0"])
+
+
+def test_integer_buffers_keep_the_values_the_model_computes(imported):
+    """An index table (Swin's relative_position_index) is a custom input taken from the model
+    built on the device, so gathers through it stay in range."""
+    problem = load_problem(imported / "level3/93_RelativePositionBias")
+    assert problem.workloads[0].inputs["index"].kind == "custom"
+    inputs = make_inputs(problem, problem.workloads[0])
+    namespace = runpy.run_path(str(FIXTURES / "level3" / "93_RelativePositionBias.py"))
+    model = namespace["Model"](*namespace["get_init_inputs"]())
+    assert torch.equal(inputs["index"], model.index)
+    model.table.data = inputs["table"]
+    out = reference_run(problem.definition)(**inputs)
+    torch.testing.assert_close(out, model(inputs["scores"]).detach())
