@@ -22,13 +22,16 @@ from typing import Any
 
 import torch
 
-from solforge.errors import SolforgeError
-from solforge.hardware.load import load_profile
-from solforge.problem import load_problem
-from solforge.problem.kernelbench import import_kernelbench_file
-from solforge.solar.analysis import analyze_workload
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
 
-RESULTS = Path(__file__).resolve().parent / "results" / "kernelbench-import-cpu.json"
+from solforge.errors import SolforgeError  # noqa: E402
+from solforge.hardware.load import load_profile  # noqa: E402
+from solforge.problem import load_problem  # noqa: E402
+from solforge.problem.kernelbench import import_kernelbench_file  # noqa: E402
+from solforge.solar.analysis import analyze_workload  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results" / "kernelbench-import-cpu.json"
 
 
 def import_and_analyze(source: Path, out_dir: Path, hardware: str = "H200") -> dict[str, Any]:
@@ -67,12 +70,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("root", type=Path)
     parser.add_argument("-o", "--output", type=Path, default=RESULTS)
     parser.add_argument("--levels", default="1,2,3")
+    parser.add_argument("--only", nargs="*", default=None, metavar="LEVEL/FILE.py",
+                        help="re-run these files and merge them into an existing OUT")
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.levels.split(",")]
     if 4 in levels and importlib.util.find_spec("transformers") is None:
         print("level 4 needs the transformers package; skipping it")
         levels.remove(4)
     files = kernelbench_files(args.root, levels)
+    kept: dict[str, dict[str, Any]] = {}
+    if args.only is not None:
+        files = [f for f in files if f"{f.parent.name}/{f.name}" in set(args.only)]
+        if args.output.is_file():
+            kept = {r["file"]: r for r in json.loads(args.output.read_text())["files"]}
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, source in enumerate(files, 1):
@@ -82,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             extra = record.get("error") or record.get("analysis_error") or \
                 ", ".join(record.get("uncosted_ops", []))
             print(f"[{i}/{len(files)}] {flag} {record['file']} {extra}"[:200], flush=True)
+    merged = {**kept, **{r["file"]: r for r in records}}
+    records = [merged[key] for key in sorted(merged)]
     imported = sum(r["imported"] for r in records)
     uncosted = sorted({op for r in records for op in r.get("uncosted_ops", [])})
     summary = {"imported": imported, "files": len(records), "levels": levels,

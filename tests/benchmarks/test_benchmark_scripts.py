@@ -97,3 +97,37 @@ def test_throughput_script_measures_every_stage_and_resumes(tmp_path):
     assert exported["baselines"] and exported["format"] == "solforge-baselines/1"
     again = _run(THROUGHPUT_SCRIPT, *args)  # every stage is in the state folder
     assert again.stdout.count("done in an earlier call") == 3
+
+
+EXAMPLES_SCRIPT = REPO / "benchmarks" / "examples_gpu.py"
+EXAMPLES = REPO / "tests" / "fixtures" / "examples"
+
+
+@pytest.mark.slow
+def test_examples_script_judges_both_layouts_and_resumes(tmp_path):
+    """A SOL-ExecBench example folder (reference.py beside the definition, value-returning
+    solution) and a FlashInfer-Bench trace set (destination passing) are built and judged."""
+    out = tmp_path / "examples.json"
+    roots = [str(EXAMPLES / "sol-execbench"), str(EXAMPLES / "flashinfer-bench")]
+    first = _run(EXAMPLES_SCRIPT, *roots, "--device", "cpu", "-o", str(out),
+                 "--cache-dir", str(tmp_path / "cache"))
+    assert "2 judged, 0 left" in first.stdout
+    records = {r["example"]: r for r in json.loads(out.read_text())["examples"]}
+    assert set(records) == {"sol-execbench/pytorch/rmsnorm_tiny/solution_python.json",
+                            "flashinfer-bench/Tiny-Trace/solutions/rmsnorm_small_dps.json"}
+    for record in records.values():
+        assert record["status"] == "PASSED" and record["statuses"] == ["PASSED"]
+        assert record["build_seconds"] == 0.0 and record["latency_ms"][0] > 0
+    again = _run(EXAMPLES_SCRIPT, *roots, "--device", "cpu", "-o", str(out))
+    assert "judging" not in again.stdout  # resumed: nothing evaluated twice
+
+
+def test_examples_script_finds_both_layouts():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from examples_gpu import find_examples
+
+    found = [e for root in ("sol-execbench", "flashinfer-bench")
+             for e in find_examples(EXAMPLES / root)]
+    assert [(e.key, e.trace_set, e.solution.languages) for e in found] == [
+        ("sol-execbench/pytorch/rmsnorm_tiny/solution_python.json", False, ("pytorch",)),
+        ("flashinfer-bench/Tiny-Trace/solutions/rmsnorm_small_dps.json", True, ("python",))]

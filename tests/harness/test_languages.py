@@ -78,7 +78,7 @@ def test_backquoted_flag_is_a_compile_error_and_runs_nothing(tmp_path):
 @pytest.mark.parametrize(("language", "extra"), [("cute_dsl", "cute-dsl"), ("cutile", "cutile"),
                                                  ("tilelang", "tilelang")])
 def test_missing_language_package_names_the_extra(language, extra, tmp_path, monkeypatch):
-    monkeypatch.setattr(languages, "_installed", lambda module: False)
+    monkeypatch.setattr(languages, "is_installed", lambda module: False)
     solution = parse_solution(_solution([language]))
     with pytest.raises(BuildFailure) as caught:
         build_solution(solution, tmp_path, "cpu", timeout_s=60)
@@ -88,7 +88,7 @@ def test_missing_language_package_names_the_extra(language, extra, tmp_path, mon
 
 
 def test_missing_tvm_ffi_names_its_extra(tmp_path, monkeypatch):
-    monkeypatch.setattr(languages, "_installed", lambda module: module != "tvm_ffi")
+    monkeypatch.setattr(languages, "is_installed", lambda module: module != "tvm_ffi")
     solution = load_solution(TVM_FFI_RMSNORM)
     with pytest.raises(BuildFailure) as caught:
         build_solution(solution, tmp_path, "cpu", timeout_s=60)

@@ -419,7 +419,8 @@ OP_FAMILIES = {
                       "    z = z.scatter_add(0, ids[:, None].expand(16, 16), g)\n"
                       "    y = z + x.index_select(0, ids) + x[ids]",
     "copies_and_casts": "y = x.to(torch.bfloat16).float().t().contiguous().t() + "
-                        "torch.cat([x[:8], x[8:]]) + torch.stack([x, x]).sum(0) + x.flip(0)",
+                        "torch.cat([x[:8], x[8:]]) + torch.stack([x, x]).sum(0) + x.flip(0) + "
+                        "x.clone().as_strided_((16, 16), (1, 16))",
     "masks_and_where": "m = x > 0\n    y = torch.where(m, x, -x).masked_fill(~m, 1.0) + "
                        "torch.tril(x) + torch.nn.functional.pad(x, (1, 1))[:, 1:-1]",
     "data_dependent": "picked = x[x > 0]\n    n = int((x > 0).sum())\n"

@@ -69,7 +69,7 @@ def missing_package(names: tuple[str, ...], binding: str = TORCH_BINDING) -> str
     if binding == TVM_FFI_BINDING:
         needs.append((TVM_FFI_PACKAGE, TVM_FFI_EXTRA, "the TVM-FFI binding"))
     for package, extra, what in needs:
-        if not _installed(package):
+        if not is_installed(package):
             install = f"pip install 'solforge[{extra}]'" if extra else f"install {package!r}"
             return f"{what} needs the Python package {package!r}, which is not installed " \
                    f"({install})"
@@ -114,7 +114,7 @@ def tvm_ffi_dirs() -> tuple[list[Path], Path | None]:
     return [d for d in includes if d.is_dir()], (libs[0].parent if libs else None)
 
 
-def _installed(module: str) -> bool:
+def is_installed(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent package missing, or a broken install

@@ -22,8 +22,6 @@ from typing import Any
 
 from solforge.data.languages import (
     CPP_LANGUAGES,
-    LANGUAGES,
-    PYTHON,
     PYTHON_LANGUAGES,
     TORCH_BINDING,
     TVM_FFI_BINDING,
@@ -33,13 +31,14 @@ from solforge.data.languages import (
 from solforge.errors import SolforgeError
 
 CPP_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
-# Python packages a language needs beyond torch; missing one is a COMPILE_ERROR, not a crash.
-LANGUAGE_PACKAGES = {lang.name: lang.package for lang in LANGUAGES.values()
-                     if lang.family == PYTHON and lang.package is not None}
 # Importing torch._dynamo re-binds a few torch functions (torch.manual_seed, ...). The worker
 # imports it before snapshotting them when a source may use torch.compile, so that re-binding is
 # not mistaken for the candidate's monkey-patching.
 _DYNAMO_WORDS = ("compile", "dynamo", "inductor", "export")
+# Libraries a solution declares in spec.dependencies that the worker imports before the guards'
+# snapshot (their import starts threads or patches torch, which is not the candidate's doing).
+LIBRARY_PRELOADS = {"flashinfer": "flashinfer", "flashinfer-python": "flashinfer",
+                    "nvmath": "nvmath", "nvmath-python": "nvmath"}
 
 
 class SolutionError(SolforgeError):
@@ -109,12 +108,10 @@ class Solution:
     def preload_modules(self) -> tuple[str, ...]:
         """Modules the worker imports before the guards' snapshot (see _DYNAMO_WORDS)."""
         modules = list(preload_modules(self.languages, self.binding))
+        modules += [LIBRARY_PRELOADS[d] for d in self.dependencies if d in LIBRARY_PRELOADS]
         if any(word in source.content for source in self.sources for word in _DYNAMO_WORDS):
             modules.append("torch._dynamo")
         return tuple(modules)
-
-    def required_packages(self) -> list[str]:
-        return [LANGUAGE_PACKAGES[lang] for lang in self.languages if lang in LANGUAGE_PACKAGES]
 
     def write_sources(self, folder: Path) -> None:
         for source in self.sources:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from solforge.data import languages
-from solforge.data.solution import CPP_SUFFIXES, Solution
+from solforge.data.solution import CPP_SUFFIXES, LIBRARY_PRELOADS, Solution
 from solforge.data.trace import Status
 from solforge.harness.compile_flags import refused_flag
 from solforge.harness.process import (
@@ -88,7 +88,7 @@ def build_solution(solution: Solution, cache_dir: Path, device_type: str,
     folder.mkdir(parents=True, exist_ok=True)
     solution.write_sources(folder)
     binding = solution.binding
-    missing = languages.missing_package(solution.languages, binding)
+    missing = languages.missing_package(solution.languages, binding) or _missing_library(solution)
     if missing is not None:
         raise BuildFailure(Status.COMPILE_ERROR, missing)
     if not solution.is_cpp:
@@ -134,9 +134,20 @@ def _digest(solution: Solution) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _missing_library(solution: Solution) -> str | None:
+    """A library the solution declares (flashinfer, nvmath-python) that is not installed."""
+    for dependency in solution.dependencies:
+        module = LIBRARY_PRELOADS.get(dependency)
+        if module is not None and not languages.is_installed(module):
+            return (f"the solution needs the Python package {dependency!r}, which is not "
+                    f"installed (pip install 'solforge[libraries]')")
+    return None
+
+
 def _check_gpu(solution: Solution, device_type: str) -> None:
     """A language this GPU cannot run (cuTile before Blackwell) fails here, in one line."""
-    if device_type != "cuda":
+    limited = any(languages.LANGUAGES[n].min_capability for n in solution.languages)
+    if device_type != "cuda" or not limited:
         return
     import torch
 

@@ -94,7 +94,7 @@ def import_kernelbench_file(path: str | Path, out_dir: str | Path,
     forward_values = _forward_values(probe, path)
     state = _state_tensors(probe.model, set(forward_values), path)
     definition = _definition(name, probe, forward_values, state, path)
-    workload = _workload(definition, forward_values, path)
+    workload = _workload(definition, forward_values, path, index_tables(state))
     folder = Path(out_dir) / name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / DEFINITION_FILE).write_text(json.dumps(definition.to_dict(), indent=2) + "\n")
@@ -234,6 +234,8 @@ def _state_tensors(model: nn.Module, taken: set[str],
         input_name = qualified.replace(".", "_")
         if not input_name.isidentifier() or keyword.iskeyword(input_name):
             input_name = f"param_{input_name}"
+        if input_name in taken or input_name in state:  # `self.h0` beside forward(x, h0)
+            input_name = f"state_{input_name}"
         if input_name in taken or input_name in state:
             raise ProblemError(path, "Model", f"parameter or buffer {qualified!r} becomes input "
                                               f"{input_name!r}, a name already taken")
@@ -256,6 +258,7 @@ def _forward_values(probe: _Probe, path: Path) -> dict[str, Any]:
 def _definition(name: str, probe: _Probe, forward_values: dict[str, Any],
                 state: StateTensors, path: Path) -> Definition:
     tensor_args = [n for n, v in forward_values.items() if isinstance(v, torch.Tensor)]
+    tables = index_tables(state)
     reference = _reference_source(path, list(forward_values), tensor_args, state)
     outputs = _meta_outputs(name, reference, forward_values, state, path)
     inputs = {**forward_values, **{input_name: t for input_name, (_, t) in state.items()}}
@@ -266,16 +269,31 @@ def _definition(name: str, probe: _Probe, forward_values: dict[str, Any],
         "description": _description(probe.module.Model, path),
         "tags": _tags(path),
         "axes": {axis: {"type": "const", "value": size} for axis, size in axes.sizes.items()},
-        "custom_inputs_entrypoint": FORWARD_INPUTS_ENTRYPOINT if tensor_args else None,
+        "custom_inputs_entrypoint": FORWARD_INPUTS_ENTRYPOINT if tensor_args or tables else None,
         "inputs": {n: _spec(n, v, axes, path) for n, v in inputs.items()},
         "outputs": {n: _spec(n, v, axes, path) for n, v in outputs.items()},
         "reference": reference,
     }, path)
 
 
+def index_tables(state: StateTensors) -> dict[str, str]:
+    """Integer and boolean buffers (relative-position index tables, masks, counters) by input
+    name -> state-dict name: values the model computed, which random inputs would break."""
+    return {name: qualified for name, (qualified, tensor) in state.items()
+            if not tensor.dtype.is_floating_point and not tensor.dtype.is_complex
+            and tensor.dim() > 0}  # not batch norm's 0-d step counter
+
+
 def _reference_source(path: Path, forward_names: list[str], tensor_args: list[str],
                       state: StateTensors) -> str:
     """The file's source followed by the entry points the format needs."""
+    tables = index_tables(state)
+    table_lines = "".join(f"    found[{name!r}] = buffers[{qualified!r}]\n"
+                          for name, qualified in tables.items())
+    model_buffers = (
+        "    with torch.device(device):  # index tables: the values the model computes\n"
+        "        model = _solforge_tensor_attributes_as_buffers(Model(*get_init_inputs()))\n"
+        "    buffers = dict(model.named_buffers())\n" if tables else "")
     parameters = ", ".join([*forward_names, *state])
     state_lines = "".join(f"            {qualified!r}: {name},\n"
                           for name, (qualified, _) in state.items())
@@ -305,7 +323,9 @@ def _reference_source(path: Path, forward_names: list[str], tensor_args: list[st
         '    """The forward tensors from get_inputs(), which knows their value ranges."""\n'
         "    with torch.device(device):\n"
         "        forward_inputs = get_inputs()\n"
-        f"    return {{{returned}}}\n\n\n"
+        f"    found = {{{returned}}}\n"
+        f"{model_buffers}{table_lines}"
+        "    return found\n\n\n"
         f"def run({parameters}):\n"
         '    """Model(*get_init_inputs())(...) with these parameters and buffers."""\n'
         "    return torch.func.functional_call(\n"
@@ -385,12 +405,15 @@ def _spec(name: str, value: Any, axes: _Axes, path: Path) -> dict[str, Any]:
     return {"shape": axes.shapes[name], "dtype": dtype}
 
 
-def _workload(definition: Definition, forward_values: dict[str, Any], path: Path) -> Workload:
+def _workload(definition: Definition, forward_values: dict[str, Any], path: Path,
+              tables: dict[str, str]) -> Workload:
     """The one workload: the file's shapes; its uuid derives from the reference, so re-importing
     the same file gives the same uuid."""
     inputs: dict[str, Any] = {}
     for input_name in definition.inputs:
-        if input_name not in forward_values:
+        if input_name in tables:
+            inputs[input_name] = {"type": "custom"}
+        elif input_name not in forward_values:
             inputs[input_name] = {"type": "random"}
         elif isinstance(forward_values[input_name], torch.Tensor):
             inputs[input_name] = {"type": "custom"}

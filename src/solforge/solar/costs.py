@@ -553,4 +553,5 @@ FREE = {
     "_functional_assert_async", "record_stream", "_nested_tensor_from_mask_left_aligned",
     "is_same_size", "_has_same_storage_numel", "prim", "device",
     "unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk",  # views without the view tag
+    "as_strided_",  # re-strides a tensor in place: metadata only
 }

@@ -1,0 +1,116 @@
+"""Time the library baselines (cuDNN SDPA, cuBLASLt, FlashInfer RMSNorm) of the bundled problems
+that map to one, and score the shipped solutions against them.
+
+    python benchmarks/library_baselines_gpu.py [PROBLEM...] [-o OUT.json] [--device cuda|cpu]
+                                               [--smallest N] [--deadline-s S]
+
+Without PROBLEM: every bundled problem with a library baseline (harness/library_baselines.py).
+Each library solution is judged by the harness like any candidate (correctness first, kernel-only
+time), so its time is T_lib; a shipped solution of the same problem gets
+S_lib = (T_lib - T_SOL) / ((T_k - T_SOL) + (T_lib - T_SOL)) per workload. Resumable (problems in
+OUT are skipped) and stops starting new problems after --deadline-s. Writes
+benchmarks/results/h200-library-baselines.json (or library-baselines-cpu.json in CPU mode,
+where the libraries cannot run and each record says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from script_common import log, recorded_environment  # noqa: E402
+
+from solforge.data.solution import load_solution  # noqa: E402
+from solforge.data.trace import Trace  # noqa: E402
+from solforge.harness.evaluate import EvalConfig, evaluate  # noqa: E402
+from solforge.harness.library_baselines import (  # noqa: E402
+    library_baseline,
+    score_against_library,
+)
+from solforge.problem.suite import address_of, bundled_problem_dirs, open_problem  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results"
+SHIPPED = REPO / "src" / "solforge" / "solutions"
+
+
+def per_workload(traces: list[Trace]) -> dict[str, dict[str, Any]]:
+    found = {}
+    for trace in traces:
+        evaluation = trace.evaluation
+        found[trace.workload["uuid"]] = {
+            "status": evaluation.status.value,
+            "latency_ms": evaluation.performance.latency_ms if evaluation.performance else None,
+            "t_sol_ms": evaluation.t_sol_ms, "sol_score": evaluation.sol_score,
+            "message": (evaluation.evidence or evaluation.log or "").strip().split("\n")[0][:300],
+        }
+    return found
+
+
+def judge_problem(address: str, config: EvalConfig) -> dict[str, Any] | None:
+    problem = open_problem(address)
+    baseline = library_baseline(problem.definition)
+    if baseline is None:
+        return None
+    library = per_workload(evaluate(problem, baseline.solution, config))
+    record: dict[str, Any] = {"problem": address, "library": baseline.name,
+                              "package": baseline.library, "workloads": library, "shipped": {}}
+    for file in sorted((SHIPPED / address).glob("*.json")):
+        solution = load_solution(file)
+        shipped = per_workload(evaluate(problem, solution, config))
+        for uuid, result in shipped.items():
+            lib = library.get(uuid, {})
+            if result["latency_ms"] and lib.get("latency_ms") and result["t_sol_ms"]:
+                result["sol_score_vs_library"] = score_against_library(
+                    result["latency_ms"], lib["latency_ms"], result["t_sol_ms"])
+        record["shipped"][solution.name] = shipped
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("problems", nargs="*")
+    parser.add_argument("-o", "--output", type=Path)
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--smallest", type=int, default=None)
+    parser.add_argument("--deadline-s", type=float, default=540.0)
+    args = parser.parse_args(argv)
+    output = args.output or RESULTS / ("h200-library-baselines.json" if args.device == "cuda"
+                                       else "library-baselines-cpu.json")
+    done = json.loads(output.read_text()) if output.is_file() else {"problems": []}
+    done |= {"machine": recorded_environment(args.device), "date": time.strftime("%Y-%m-%d")}
+    seen = {r["problem"] for r in done["problems"]}
+    addresses = args.problems or [address_of(d) for d in bundled_problem_dirs()]
+    config = EvalConfig(device=args.device, baseline="eager" if args.device == "cpu" else "best",
+                        smallest=args.smallest or (1 if args.device == "cpu" else None))
+    began = time.monotonic()
+    for address in addresses:
+        if address in seen:
+            continue
+        if time.monotonic() - began > args.deadline_s:
+            log("deadline reached; the next call goes on from here")
+            break
+        record = judge_problem(address, config)
+        seen.add(address)
+        if record is None:
+            continue
+        statuses = sorted({w["status"] for w in record["workloads"].values()})
+        log(f"{address}: {record['library']} {', '.join(statuses)}")
+        done["problems"].append(record)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(done, indent=1) + "\n")
+    left = [a for a in addresses if a not in seen]
+    log(f"{len(done['problems'])} problems with a library baseline recorded, {len(left)} left; "
+        f"wrote {output}")
+    return 0 if not left else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Library baselines: where a well-known library implements a problem's op, time it as a third
+baseline beside eager PyTorch and torch.compile.
+
+A library baseline is an ordinary value-returning solution (generated source, language pytorch)
+judged by the same harness as any candidate, so it is timed the same way and must be correct.
+Which library fits is read from the definition, never from its name alone:
+- `cudnn-sdpa`: a reference that calls `scaled_dot_product_attention` runs as written with
+  PyTorch's cuDNN attention backend forced (every attention, prefill and decode problem);
+- `cublaslt`: a two-input GEMM (`x @ w.T` or `a @ b`, one output) through nvmath-python's
+  cuBLASLt matmul (compute in float32 for 16-bit inputs, as cuBLAS does);
+- `flashinfer-rmsnorm`: an RMSNorm (a 2-D activation, a 1-D weight, a scalar eps) through
+  `flashinfer.norm.rmsnorm` (`gemma_rmsnorm` where the reference scales by 1 + weight).
+The score against it is the SOL score with T_b = the library's time:
+S_lib = (T_lib - T_SOL) / ((T_k - T_SOL) + (T_lib - T_SOL)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solforge.data.definition import Definition
+from solforge.data.solution import Solution, SourceFile
+from solforge.score import sol_score
+
+ENTRY = "solforge_library_run"
+
+
+@dataclass(frozen=True)
+class LibraryBaseline:
+    name: str  # cudnn-sdpa, cublaslt, flashinfer-rmsnorm
+    library: str  # what a reader installs: the pip package
+    solution: Solution
+
+
+def library_baseline(definition: Definition) -> LibraryBaseline | None:
+    """The library baseline that fits this definition, or None."""
+    for match in (_cudnn_sdpa, _cublaslt, _flashinfer_rmsnorm):
+        found = match(definition)
+        if found is not None:
+            return found
+    return None
+
+
+def score_against_library(kernel_ms: float, library_ms: float, sol_ms: float) -> float:
+    return sol_score(kernel_ms, library_ms, sol_ms)
+
+
+def _solution(definition: Definition, name: str, source: str,
+              dependencies: list[str]) -> Solution:
+    return Solution(name=f"library-{name}", definition=definition.name, author="library",
+                    languages=("pytorch",), entry_file="kernel.py", entry_function=ENTRY,
+                    destination_passing_style=False, sources=(SourceFile("kernel.py", source),),
+                    description=f"library baseline: {name}",
+                    spec_extra={"dependencies": dependencies, "target_hardware": ["LOCAL"]})
+
+
+def _tensor_inputs(definition: Definition) -> list[tuple[str, tuple[str, ...]]]:
+    return [(n, tuple(s.shape)) for n, s in definition.inputs.items() if not s.is_scalar]
+
+
+def _cudnn_sdpa(definition: Definition) -> LibraryBaseline | None:
+    if "scaled_dot_product_attention" not in definition.reference:
+        return None
+    names = ", ".join(definition.inputs)
+    source = (f"{definition.reference.rstrip()}\n\n\n"
+              "from torch.nn.attention import SDPBackend as _SDPBackend\n"
+              "from torch.nn.attention import sdpa_kernel as _sdpa_kernel\n\n\n"
+              f"def {ENTRY}({names}):\n"
+              '    """The reference, its attention on cuDNN only (no fallback)."""\n'
+              "    with _sdpa_kernel([_SDPBackend.CUDNN_ATTENTION]):\n"
+              f"        return run({names})\n")
+    return LibraryBaseline("cudnn-sdpa", "torch", _solution(definition, "cudnn-sdpa", source,
+                                                              ["torch"]))
+
+
+def _cublaslt(definition: Definition) -> LibraryBaseline | None:
+    tensors = _tensor_inputs(definition)
+    outputs = list(definition.outputs.values())
+    if len(definition.inputs) != 2 or len(tensors) != 2 or len(outputs) != 1:
+        return None
+    (a, a_shape), (b, b_shape) = tensors
+    if len(a_shape) != 2 or len(b_shape) != 2 or outputs[0].is_scalar:
+        return None
+    out_shape = tuple(outputs[0].shape)
+    if a_shape[1] == b_shape[1] and out_shape == (a_shape[0], b_shape[0]):
+        operand = f"{b}.T"  # x [M, K] @ w[N, K].T
+    elif a_shape[1] == b_shape[0] and out_shape == (a_shape[0], b_shape[1]):
+        operand = b
+    else:
+        return None
+    source = ("import nvmath\n\n\n"
+              f"def {ENTRY}({a}, {b}):\n"
+              '    """cuBLASLt through nvmath-python (its heuristic\'s first algorithm)."""\n'
+              f"    return nvmath.linalg.advanced.matmul({a}, {operand})\n")
+    return LibraryBaseline("cublaslt", "nvmath-python",
+                           _solution(definition, "cublaslt", source, ["nvmath-python"]))
+
+
+def _flashinfer_rmsnorm(definition: Definition) -> LibraryBaseline | None:
+    if definition.op_type != "rmsnorm":
+        return None
+    specs = list(definition.inputs.items())
+    if len(specs) != 3 or len(definition.outputs) != 1:
+        return None
+    (x, xs), (w, ws), (eps, es) = specs
+    if xs.is_scalar or ws.is_scalar or not es.is_scalar or len(xs.shape) != 2 \
+            or len(ws.shape) != 1:
+        return None
+    # Gemma scales by (1 + weight): FlashInfer has a kernel of its own for that form.
+    function = "gemma_rmsnorm" if "1.0 + " in definition.reference or "1 + " in \
+        definition.reference else "rmsnorm"
+    source = ("import flashinfer\n\n\n"
+              f"def {ENTRY}({x}, {w}, {eps}):\n"
+              f'    """FlashInfer\'s fused {function} kernel."""\n'
+              f"    return flashinfer.norm.{function}({x}, {w}, eps={eps})\n")
+    return LibraryBaseline("flashinfer-rmsnorm", "flashinfer-python",
+                           _solution(definition, "flashinfer-rmsnorm", source, ["flashinfer"]))
