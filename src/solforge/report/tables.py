@@ -9,13 +9,18 @@ Conventions, those of solforge.score:
   out, never clamped.
 - CPU timings (`--device cpu`) get speedups, CPU against CPU, but never a SOL score.
 - Speedups are averaged geometrically, over the workloads that passed.
+- Beside S, the reach T_reach / T_k with T_reach = max(T_SOL, launch floor): no single kernel
+  ends sooner than a near-empty one, so a workload whose T_SOL is under that floor is
+  launch-bound and its reach, not its fraction of T_SOL, says how much is left. S is unchanged.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from solforge.problem.suite import TIERS
 from solforge.report.data import PASSED, Candidate, WorkloadResult
@@ -36,6 +41,7 @@ class Standing:
     failures: tuple[tuple[str, int], ...]  # (status, count), most frequent first
     median_score: float | None  # None when no workload could be scored
     geomean_speedup: float | None  # over the faster baseline; None when none passed
+    median_reach: float | None = None  # max(T_SOL, floor) / T_k; None without a floor
 
 
 @dataclass(frozen=True)
@@ -91,15 +97,45 @@ def best_score(result: WorkloadResult) -> tuple[str, float] | None:
     return name, score
 
 
-def standings(results: Sequence[WorkloadResult]) -> list[Standing]:
+def launch_floor_ms(path: Path) -> float:
+    """The launch floor in a file of benchmarks/launch_floor.py: the fastest cold-L2 median
+    kernel-only time of a near-empty kernel, in ms."""
+    try:
+        return float(json.loads(Path(path).read_text())["floor_us"]) / 1000
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: no launch floor (floor_us) readable: {exc}") from exc
+
+
+def reach(t_k_ms: float, t_sol_ms: float, floor_ms: float) -> float:
+    """max(T_SOL, floor) / T_k: the kernel's time against the best a single kernel can do."""
+    return max(t_sol_ms, floor_ms) / t_k_ms
+
+
+def launch_bound(t_sol_ms: float, floor_ms: float) -> bool:
+    """A workload whose speed of light is faster than an empty kernel."""
+    return t_sol_ms < floor_ms
+
+
+def candidate_reach(result: WorkloadResult, candidate: Candidate,
+                    floor_ms: float | None) -> float | None:
+    """reach() of a candidate that passed on a GPU; None on the CPU or without a floor."""
+    if (floor_ms is None or result.cpu_timing or result.sol is None
+            or candidate.status != PASSED or not candidate.latency_ms):
+        return None
+    return reach(candidate.latency_ms, result.sol.t_sol_ms, floor_ms)
+
+
+def standings(results: Sequence[WorkloadResult],
+              floor_ms: float | None = None) -> list[Standing]:
     """Every solution of every problem, per platform, over its workloads; best first: by median
-    S, ties (and CPU timings, which have none) by geometric-mean speedup."""
+    S, ties (and CPU timings, which have none) by geometric-mean speedup. With a launch floor,
+    each row also has its median reach."""
     entries: dict[tuple[str, str, str], list[tuple[WorkloadResult, Candidate]]] = {}
     for result in results:
         for candidate in result.candidates:
             key = (result.problem, candidate.solution, result.platform)
             entries.setdefault(key, []).append((result, candidate))
-    rows = [_standing(pairs) for _, pairs in sorted(entries.items())]
+    rows = [_standing(pairs, floor_ms) for _, pairs in sorted(entries.items())]
     return sorted(rows, key=_rank, reverse=True)
 
 
@@ -121,9 +157,11 @@ def tier_rank(tier: str | None) -> int:
     return len(TIERS) if tier else len(TIERS) + 1
 
 
-def _standing(pairs: list[tuple[WorkloadResult, Candidate]]) -> Standing:
+def _standing(pairs: list[tuple[WorkloadResult, Candidate]],
+              floor_ms: float | None = None) -> Standing:
     first_result, first = pairs[0]
     scores = [candidate_score(r, c) for r, c in pairs]
+    reaches = [x for x in (candidate_reach(r, c, floor_ms) for r, c in pairs) if x is not None]
     defined = [s for s in scores if s is not None]
     speedups = [candidate_speedup(r, c) for r, c in pairs]
     failures: dict[str, int] = {}
@@ -137,6 +175,7 @@ def _standing(pairs: list[tuple[WorkloadResult, Candidate]]) -> Standing:
         failures=tuple(sorted(failures.items(), key=lambda item: (-item[1], item[0]))),
         median_score=statistics.median(defined) if defined else None,
         geomean_speedup=geometric_mean([s for s in speedups if s is not None]),
+        median_reach=statistics.median(reaches) if reaches else None,
     )
 
 

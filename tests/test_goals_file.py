@@ -1,0 +1,51 @@
+"""The goals file: the fraction of the speed of light over workloads (T_SOL >= 10 us, failures
+as 0), the launch floor's reach, and the two scripts' keys merged into one file."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from goals_file import median_fraction_of_sol, merge_goals  # noqa: E402
+
+from solforge.report.tables import launch_bound, launch_floor_ms, reach  # noqa: E402
+
+
+def test_fraction_skips_short_workloads_and_counts_failures_as_zero():
+    times = [(0.005, 0.010),  # T_SOL 5 us: launch-bound, left out
+             (0.020, 0.025),  # 0.8
+             (0.100, 0.200),  # 0.5
+             (0.050, None)]   # failed: 0
+    assert median_fraction_of_sol(times) == pytest.approx(0.5)
+    assert median_fraction_of_sol([(0.001, 0.002)]) is None
+    assert median_fraction_of_sol([(0.020, 0.010)]) == 1.0  # never above the bound
+
+
+def test_merge_keeps_the_other_scripts_keys(tmp_path):
+    path = tmp_path / "h200-goals.json"
+    merge_goals(path, {"suite_problems": 144, "shipped": {"problems": 30}})
+    merge_goals(path, {"forge": {"problems": 20}})
+    merge_goals(path, {"shipped": {"problems": 31}})
+    assert json.loads(path.read_text()) == {"suite_problems": 144, "shipped": {"problems": 31},
+                                            "forge": {"problems": 20}}
+
+
+def test_reach_prices_launch_bound_workloads_against_the_floor():
+    floor = 0.001
+    assert reach(0.002, 0.0005, floor) == pytest.approx(0.5)  # T_SOL under the floor
+    assert reach(0.040, 0.030, floor) == pytest.approx(0.75)  # T_SOL above it: T_SOL / T_k
+    assert launch_bound(0.0005, floor) and not launch_bound(0.030, floor)
+
+
+def test_the_recorded_h200_floor_reads_back(tmp_path):
+    recorded = REPO / "benchmarks" / "results" / "h200-launch-floor-2026-12-01.json"
+    assert launch_floor_ms(recorded) == pytest.approx(0.001056)
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"bad\.json: no launch floor"):
+        launch_floor_ms(tmp_path / "bad.json")
