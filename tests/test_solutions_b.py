@@ -3,7 +3,7 @@ GELU epilogue and FP8 quantisation pass the harness: on the CPU (Triton's interp
 problem's smallest workload, and on a GPU at every workload.
 
 The solutions grown later (GROWN: norms, activations, log-softmax, argmax, FP8 group
-quantisation and block dequantisation, GQA and paged decode, the Mamba2 state update) each take
+quantisation and block dequantisation, the FP8 GEMM, GQA and paged decode, the Mamba2 state update) each take
 from ten seconds to a minute through the harness under the interpreter, so there they are
 `slow`; every CI run checks them faster, in this process: the kernel against the reference at
 the smallest workload (and one more size where a second launch shape starts), within the
@@ -58,6 +58,7 @@ GROWN = {
     "l2/ssm_state_update_mamba2_2_7b": "triton_ssm_state_update.json",
     "quant/fp8_quant_group128_deepseek_v3": "triton_fp8_group_quant.json",
     "quant/fp8_dequant_block128_deepseek_v3": "triton_fp8_dequant.json",
+    "quant/fp8_gemm_per_tensor_llama3_1_8b_qkv": "triton_fp8_gemm.json",
     "fib/fused_add_rmsnorm_llama3_1_70b": "triton_add_rmsnorm.json",
     "fib/fused_add_rmsnorm_qwen3_32b": "triton_add_rmsnorm.json",
     "fib/gqa_paged_decode_llama3_1_8b_ps16": "triton_paged_split_kv_decode.json",
