@@ -3,7 +3,7 @@ GELU epilogue and FP8 quantisation pass the harness: on the CPU (Triton's interp
 problem's smallest workload, and on a GPU at every workload.
 
 The solutions grown later (GROWN: norms, activations, log-softmax, argmax, FP8 group
-quantisation and block dequantisation, the FP8 GEMM, GQA and paged decode, the Mamba2 state update) each take
+quantisation and block dequantisation, the FP8 GEMM, GQA and paged decode, the Mamba2 state update, the SwiGLU MLP) each take
 from ten seconds to a minute through the harness under the interpreter, so there they are
 `slow`; every CI run checks them faster, in this process: the kernel against the reference at
 the smallest workload (and one more size where a second launch shape starts), within the
@@ -56,6 +56,7 @@ GROWN = {
     "l1/sampling_argmax_llama3_1_8b": "triton_argmax.json",
     "l1/gqa_decode_llama3_1_8b": "triton_split_kv_decode.json",
     "l2/ssm_state_update_mamba2_2_7b": "triton_ssm_state_update.json",
+    "l2/swiglu_mlp_llama3_1_8b": "triton_swiglu_mlp.json",
     "quant/fp8_quant_group128_deepseek_v3": "triton_fp8_group_quant.json",
     "quant/fp8_dequant_block128_deepseek_v3": "triton_fp8_dequant.json",
     "quant/fp8_gemm_per_tensor_llama3_1_8b_qkv": "triton_fp8_gemm.json",
