@@ -3,9 +3,9 @@ GELU epilogue and FP8 quantisation pass the harness: on the CPU (Triton's interp
 problem's smallest workload, and on a GPU at every workload.
 
 The solutions grown later (GROWN: norms, activations, log-softmax, argmax, FP8 group
-quantisation, block dequantisation and GEMM, GQA and paged decode, the Mamba2 state update, the
-SwiGLU MLP) each take from ten seconds to a few minutes through the harness under the
-interpreter, so there they are `slow`; every CI run checks them faster, in this process: the
+quantisation, block dequantisation and GEMM, GQA prefill, GQA and paged decode, the Mamba2 state
+update, the SwiGLU MLP) each take from ten seconds to a few minutes through the harness under
+the interpreter, so there they are `slow`; every CI run checks them faster, in this process: the
 kernel against the reference at the smallest workload (and one more size where a second launch
 shape starts), within the workload's tolerance (the MLP's 352 MB of weights make even that
 slow). Direct checks also cover paths the workloads do not reach (strided rows, argmax ties)."""
@@ -55,6 +55,7 @@ GROWN = {
     "l1/log_softmax_gemma3_27b_vocab": "triton_online_log_softmax.json",
     "l1/sampling_argmax_llama3_1_8b": "triton_argmax.json",
     "l1/gqa_decode_llama3_1_8b": "triton_split_kv_decode.json",
+    "l1/gqa_causal_prefill_llama3_1_8b": "triton_flash_prefill.json",
     "l2/ssm_state_update_mamba2_2_7b": "triton_ssm_state_update.json",
     "l2/swiglu_mlp_llama3_1_8b": "triton_swiglu_mlp.json",
     "quant/fp8_quant_group128_deepseek_v3": "triton_fp8_group_quant.json",
@@ -179,3 +180,15 @@ def test_log_softmax_whole_rows_loop_over_rows(tmp_path):
     kernel.log_softmax_whole_rows(logits, out, 2)  # 4 programs for 5 rows: each loops over rows
     expected = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_causal_prefill_walks_several_tiles_and_query_blocks(tmp_path):
+    kernel = _kernel("l1/gqa_causal_prefill_llama3_1_8b", tmp_path)
+    q = torch.randn(1, 200, 4, 128).bfloat16()  # 2 query blocks, up to 4 key tiles
+    k, v = torch.randn(1, 200, 1, 128).bfloat16(), torch.randn(1, 200, 1, 128).bfloat16()
+    out = torch.empty_like(q)
+    kernel.run(q, k, v, out)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2).float(), k.transpose(1, 2).float(), v.transpose(1, 2).float(),
+        is_causal=True, enable_gqa=True).transpose(1, 2)
+    torch.testing.assert_close(out.float(), expected, rtol=2e-2, atol=2e-2)
