@@ -68,3 +68,52 @@ def test_standings_carry_the_median_reach_on_a_gpu_only():
     assert standings(gpu)[0].median_reach is None  # no floor given
     (cpu,) = standings([result("a", 0.0005, 0.002, "cpu")], floor_ms=0.001)
     assert cpu.median_reach is None  # CPU timings are never priced
+
+
+def test_suite_records_and_goals_on_gpu_results():
+    """suite_gpu.py's GPU path (scored, with a launch floor) on hand-made store results."""
+    import suite_gpu
+
+    from solforge.bench.results import Measured, ProblemResults
+
+    t_sol = {"a": 0.0005, "b": 0.020, "c": 0.100}  # ms; "a" is under the 1 us floor
+    results = ProblemResults(
+        "l1/x", "l1", tuple(t_sol), t_sol,
+        {"eager": {w: Measured(True, 4 * t) for w, t in t_sol.items()},
+         "compile": {w: Measured(True, 3 * t) for w, t in t_sol.items()}},
+        {"shipped_kernel": {"a": Measured(True, 0.002), "b": Measured(True, 0.025),
+                            "c": Measured(False, None)}})
+    record = suite_gpu.problem_record(results, "best", True, {"shipped_kernel"}, floor_ms=0.001)
+    assert record["launch_bound_workloads"] == 1
+    (solution,) = record["solutions"]
+    assert solution["reach"] == pytest.approx(0.65)  # median of 0.5 (floor) and 0.8
+    goals = suite_gpu.goals_part([record], scored=True)
+    assert goals["suite_problems"] == 1
+    # "a" is left out (T_SOL < 10 us), "b" 0.8, "c" failed: 0 -> median 0.4
+    assert goals["shipped"] == {"problems": 1, "median_fraction_of_sol": pytest.approx(0.4),
+                                "faster_than_compile": 0}  # one workload failed
+    summary = {"date": "d", "environment": {"summary": "H200"}, "device": "cuda",
+               "baseline": "best", "launch_floor_ms": 0.001, "problems_benched": 1,
+               "tiers": [], "goal": suite_gpu.goal([record]), "problems": [record]}
+    assert "| l1/x | 0.02 | 1/3 |" in suite_gpu.markdown(summary)
+
+
+def test_forge_goal_keys_pool_the_best_elites_workloads():
+    import forge_gpu
+
+    def record(problem: str, times: list, s_best: float, over_compile: float) -> dict:
+        best = {"fraction_of_sol": None, "s_vs_best": s_best, "s_vs_eager": s_best + 0.2,
+                "speedup_over_compile": over_compile, "binding_bound": "memory",
+                "workload_times": times}
+        return {"problem": problem, "best": best, "cells": [], "statuses": {},
+                "search_seconds": 1.0}
+
+    records = [record("l1/a", [[0.020, 0.025], [0.001, 0.002]], 0.7, 1.2),
+               record("l1/b", [[0.050, 0.100], [0.040, 0.050]], 0.5, 0.9),
+               {"problem": "l1/c", "best": None, "cells": [], "statuses": {},
+                "search_seconds": 1.0}]
+    part = forge_gpu.goals_part(records, forge_gpu.goal(records))["forge"]
+    assert part["problems"] == 3
+    assert part["median_fraction_of_sol"] == pytest.approx(0.8)  # 0.8, 0.5, 0.8
+    assert part["s_vs_best"] == pytest.approx(0.6) and part["s_vs_eager"] == pytest.approx(0.8)
+    assert part["beats_compile_share"] == pytest.approx(1 / 3)
