@@ -46,6 +46,8 @@ GROWN = {
     "l1/rmsnorm_gemma3_27b": "triton_rmsnorm.json",
     "l1/rmsnorm_qk_qwen3_32b": "triton_qk_norm.json",
     "l1/add_rmsnorm_deepseek_v3": "triton_add_rmsnorm.json",
+    "l1/add_layernorm_whisper_large_v3": "triton_add_layernorm.json",
+    "l1/add_layernorm_qwen3_vl_8b_vision": "triton_add_layernorm.json",
     "l1/silu_mamba2_2_7b": "triton_silu.json",
     "l1/gelu_tanh_flux_1_dev": "triton_gelu_tanh.json",
     "l1/gelu_whisper_large_v3": "triton_gelu.json",
