@@ -16,7 +16,8 @@ descriptors, the best elite's mean S against the best baseline and against eager
 T_SOL / T_k, its geometric-mean speedup over torch.compile, and the bound that binds. Then
 NAME-forge.json / .md hold the goal of issue 6: over at least 20 problems, median T_SOL / T_k
 >= 0.75, median S >= 0.85 against eager and >= 0.60 against the best baseline, faster than
-torch.compile on at least 80%; and where the search stalls (problems below 0.75 of the speed of
+torch.compile on at least 80% (the `forge` keys of NAME-goals.json, merged with
+suite_gpu.py's); and where the search stalls (problems below 0.75 of the speed of
 light, with their binding bound and their elites' cells). `--device cpu` runs the CPU mode
 (smallest workload, speedups only): what tests/benchmarks/test_benchmark_scripts.py runs.
 """
@@ -42,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from goals_file import goals_path, median_fraction_of_sol, merge_goals  # noqa: E402
 from script_common import fmt, log, recorded_environment  # noqa: E402
 
 from solforge.data.solution import parse_solution  # noqa: E402
@@ -138,6 +140,9 @@ def best_numbers(traces: list[Trace], scored: bool) -> dict[str, Any]:
     are not priced against T_SOL (`scored` False): then only the speedups."""
     passed = [t for t in traces if t.status is Status.PASSED]
     s_best, s_eager, fractions, over_compile, bounds = [], [], [], [], Counter()
+    times = [(t.evaluation.t_sol_ms, t.evaluation.performance.latency_ms
+              if t.status is Status.PASSED else None)
+             for t in traces if scored and t.evaluation.t_sol_ms is not None]
     for trace in passed:
         evaluation = trace.evaluation
         t_k = evaluation.performance.latency_ms
@@ -157,7 +162,8 @@ def best_numbers(traces: list[Trace], scored: bool) -> dict[str, Any]:
             "s_vs_best": _mean(s_best), "s_vs_eager": _mean(s_eager),
             "fraction_of_sol": statistics.median(fractions) if fractions else None,
             "speedup_over_compile": _geomean(over_compile),
-            "binding_bound": bounds.most_common(1)[0][0] if bounds else None}
+            "binding_bound": bounds.most_common(1)[0][0] if bounds else None,
+            "workload_times": times}
 
 
 def goal(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -193,7 +199,19 @@ def write_summary(call: Call) -> dict[str, Any]:
                "goal": goal(records), "problems": records}
     (call.out / f"{call.name}-forge.json").write_text(json.dumps(summary, indent=1) + "\n")
     (call.out / f"{call.name}-forge.md").write_text(markdown(summary))
+    merge_goals(goals_path(call.out, call.name), goals_part(records, summary["goal"]))
     return summary
+
+
+def goals_part(records: list[dict[str, Any]], result: dict[str, Any]) -> dict[str, Any]:
+    """The goals file's forge keys: problems searched, the best elites' median T_SOL / T_k
+    over their workloads with T_SOL >= 10 us, and the per-problem medians of goal()."""
+    times = [pair for r in records if r["best"] for pair in r["best"].get("workload_times", [])]
+    numbers = result["numbers"]
+    return {"forge": {"problems": numbers["problems"],
+                      "median_fraction_of_sol": median_fraction_of_sol(times),
+                      "s_vs_eager": numbers["s_vs_eager"], "s_vs_best": numbers["s_vs_best"],
+                      "beats_compile_share": numbers["beats_compile_share"]}}
 
 
 def markdown(summary: dict[str, Any]) -> str:

@@ -34,6 +34,12 @@ def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path):
     assert summary["goal"]["shipped_solutions"] == 1
     assert "| l1 | 1 | 1 |" in (tmp_path / "cpu-suite.md").read_text()
     assert PROBLEM in (tmp_path / "cpu-suite-report.html").read_text()
+    assert solution["reach"] is None and record["launch_bound_workloads"] is None  # CPU
+    (t_sol, t_k), = solution["workload_times"]
+    assert t_sol == record["t_sol_ms"] and t_k > 0
+    goals = json.loads((tmp_path / "cpu-goals.json").read_text())
+    assert goals["suite_problems"] == 1
+    assert goals["shipped"]["problems"] == 1 and goals["shipped"]["median_fraction_of_sol"] is None
 
     again = _run(SUITE_SCRIPT, str(tmp_path), PROBLEM, "--device", "cpu")
     assert f"[1/1] {PROBLEM}: 0 measured, 2 already stored" in again.stdout
@@ -61,6 +67,8 @@ def test_forge_script_searches_records_resumes_and_reports_the_goal(tmp_path):
     assert numbers["problems"] == 1 and numbers["with_a_correct_kernel"] == 1
     assert summary["goal"]["met"]["problems"] is False  # 1 of the 20 the goal asks
     assert "| l1/rmsnorm_llama3_1_8b | 2 |" in (tmp_path / "cpu-forge.md").read_text()
+    goals = json.loads((tmp_path / "cpu-goals.json").read_text())
+    assert goals["forge"]["problems"] == 1 and goals["forge"]["median_fraction_of_sol"] is None
 
     again = _run(FORGE_SCRIPT, str(tmp_path), PROBLEM, "--budget", "2", "--device", "cpu")
     assert "judged" not in again.stdout  # the problem is done: nothing searched again

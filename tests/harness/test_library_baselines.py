@@ -18,7 +18,7 @@ from solforge.harness.library_baselines import (
 from solforge.problem import make_inputs
 from solforge.problem.suite import open_problem
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("address", "name"), [

@@ -5,12 +5,18 @@ optimizer rank the same way, so they name the same best solution).
 - T_b is the faster of the two reference baselines (eager, torch.compile): bench's default;
   torch.compile's own score takes T_b = eager.
 - CPU timings (`--device cpu`) get speedups, CPU against CPU, but never a SOL score.
+- Beside S, the reach T_reach / T_k with T_reach = max(T_SOL, launch floor): no single kernel
+  ends sooner than a near-empty one, so a workload whose T_SOL is under that floor is
+  launch-bound and its reach, not its fraction of T_SOL, says how much is left. S is unchanged.
 """
 
 from __future__ import annotations
 
+import json
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from solforge.problem.suite import TIERS
 from solforge.report.data import PASSED, MeasuredWorkload, SolutionRun
@@ -32,6 +38,7 @@ class Standing:
     failures: tuple[tuple[str, int], ...]  # (status, count), most frequent first
     mean_score: float | None  # None when no workload could be scored
     geomean_speedup: float | None  # over the faster baseline; None when none passed
+    median_reach: float | None = None  # max(T_SOL, floor) / T_k; None without a floor
 
     def rating(self) -> Rating:
         return Rating(self.mean_score, self.passed, self.geomean_speedup)
@@ -90,14 +97,44 @@ def best_score(result: MeasuredWorkload) -> tuple[str, float] | None:
     return name, score
 
 
-def standings(results: Sequence[MeasuredWorkload]) -> list[Standing]:
-    """Every solution of every problem, per platform, over its workloads; best first."""
+def launch_floor_ms(path: Path) -> float:
+    """The launch floor in a file of benchmarks/launch_floor.py: the fastest cold-L2 median
+    kernel-only time of a near-empty kernel, in ms."""
+    try:
+        return float(json.loads(Path(path).read_text())["floor_us"]) / 1000
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: no launch floor (floor_us) readable: {exc}") from exc
+
+
+def reach(t_k_ms: float, t_sol_ms: float, floor_ms: float) -> float:
+    """max(T_SOL, floor) / T_k: the kernel's time against the best a single kernel can do."""
+    return max(t_sol_ms, floor_ms) / t_k_ms
+
+
+def launch_bound(t_sol_ms: float, floor_ms: float) -> bool:
+    """A workload whose speed of light is faster than an empty kernel."""
+    return t_sol_ms < floor_ms
+
+
+def candidate_reach(result: MeasuredWorkload, candidate: SolutionRun,
+                    floor_ms: float | None) -> float | None:
+    """reach() of a candidate that passed on a GPU; None on the CPU or without a floor."""
+    if (floor_ms is None or result.cpu_timing or result.sol is None
+            or candidate.status != PASSED or not candidate.latency_ms):
+        return None
+    return reach(candidate.latency_ms, result.sol.t_sol_ms, floor_ms)
+
+
+def standings(results: Sequence[MeasuredWorkload],
+              floor_ms: float | None = None) -> list[Standing]:
+    """Every solution of every problem, per platform, over its workloads; best first, as
+    solforge.score.rank ranks. With a launch floor, each row also has its median reach."""
     entries: dict[tuple[str, str, str], list[tuple[MeasuredWorkload, SolutionRun]]] = {}
     for result in results:
         for candidate in result.candidates:
             key = (result.problem, candidate.solution, result.platform)
             entries.setdefault(key, []).append((result, candidate))
-    rows = [_standing(pairs) for _, pairs in sorted(entries.items())]
+    rows = [_standing(pairs, floor_ms) for _, pairs in sorted(entries.items())]
     return ranked_best_first(rows, Standing.rating)
 
 
@@ -119,10 +156,12 @@ def tier_rank(tier: str | None) -> int:
     return len(TIERS) if tier else len(TIERS) + 1
 
 
-def _standing(pairs: list[tuple[MeasuredWorkload, SolutionRun]]) -> Standing:
+def _standing(pairs: list[tuple[MeasuredWorkload, SolutionRun]],
+              floor_ms: float | None = None) -> Standing:
     first_result, first = pairs[0]
     scores = [s for s in (candidate_score(r, c) for r, c in pairs) if s is not None]
     speedups = [s for s in (candidate_speedup(r, c) for r, c in pairs) if s is not None]
+    reaches = [x for x in (candidate_reach(r, c, floor_ms) for r, c in pairs) if x is not None]
     passed = sum(c.status == PASSED for _, c in pairs)
     rating = rate(scores, passed, speedups)
     failures: dict[str, int] = {}
@@ -135,6 +174,7 @@ def _standing(pairs: list[tuple[MeasuredWorkload, SolutionRun]]) -> Standing:
         passed=passed,
         failures=tuple(sorted(failures.items(), key=lambda item: (-item[1], item[0]))),
         mean_score=rating.sol_score, geomean_speedup=rating.speedup,
+        median_reach=statistics.median(reaches) if reaches else None,
     )
 
 

@@ -1,0 +1,174 @@
+"""The solutions grown on 2026-12-01 (norms, activations, log-softmax, argmax, FP8 group
+quantisation and block dequantisation, GQA prefill and decode, paged decode, the Mamba2 state
+update, the SwiGLU MLP, the FP8 GEMM) pass the harness.
+
+Each takes from ten seconds to a few minutes through the harness under
+the interpreter, so there they are `slow`; every CI run checks them faster, in this process: the
+kernel against the reference at the smallest workload (and one more size where a second launch
+shape starts), within the workload's tolerance (the MLP's 352 MB of weights make even that
+slow). Direct checks also cover paths the workloads do not reach (strided rows, argmax ties)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+import solforge
+from solforge.data.dtypes import storage_shape
+from solforge.data.solution import load_solution
+from solforge.data.trace import Status
+from solforge.harness.compare import compare_outputs
+from solforge.harness.evaluate import EvalConfig, evaluate
+from solforge.harness.session import Limits
+from solforge.problem import open_problem
+from solforge.problem.check import run_reference
+from solforge.problem.inputs import make_inputs
+from solforge.problem.problem import tensor_shape
+
+SOLUTIONS = Path(solforge.__file__).parent / "solutions"
+# problem address -> solution file in src/solforge/solutions/<address>/
+GROWN = {
+    "l1/rmsnorm_llama3_1_70b": "triton_rmsnorm.json",
+    "l1/rmsnorm_qwen3_32b": "triton_rmsnorm.json",
+    "l1/rmsnorm_gemma3_27b": "triton_rmsnorm.json",
+    "l1/rmsnorm_qk_qwen3_32b": "triton_qk_norm.json",
+    "l1/add_rmsnorm_deepseek_v3": "triton_add_rmsnorm.json",
+    "l1/add_layernorm_whisper_large_v3": "triton_add_layernorm.json",
+    "l1/add_layernorm_qwen3_vl_8b_vision": "triton_add_layernorm.json",
+    "l1/silu_mamba2_2_7b": "triton_silu.json",
+    "l1/gelu_tanh_flux_1_dev": "triton_gelu_tanh.json",
+    "l1/gelu_whisper_large_v3": "triton_gelu.json",
+    "l1/swiglu_qwen3_32b": "triton_swiglu.json",
+    "l1/swiglu_deepseek_v3_experts": "triton_swiglu.json",
+    "l1/log_softmax_qwen3_8b_vocab": "triton_online_log_softmax.json",
+    "l1/log_softmax_gemma3_27b_vocab": "triton_online_log_softmax.json",
+    "l1/sampling_argmax_llama3_1_8b": "triton_argmax.json",
+    "l1/gqa_decode_llama3_1_8b": "triton_split_kv_decode.json",
+    "l1/gqa_causal_prefill_llama3_1_8b": "triton_flash_prefill.json",
+    "l2/ssm_state_update_mamba2_2_7b": "triton_ssm_state_update.json",
+    "l2/swiglu_mlp_llama3_1_8b": "triton_swiglu_mlp.json",
+    "quant/fp8_quant_group128_deepseek_v3": "triton_fp8_group_quant.json",
+    "quant/fp8_dequant_block128_deepseek_v3": "triton_fp8_dequant.json",
+    "quant/fp8_gemm_per_tensor_llama3_1_8b_qkv": "triton_fp8_gemm.json",
+    "fib/fused_add_rmsnorm_llama3_1_70b": "triton_add_rmsnorm.json",
+    "fib/fused_add_rmsnorm_qwen3_32b": "triton_add_rmsnorm.json",
+    "fib/gqa_paged_decode_llama3_1_8b_ps16": "triton_paged_split_kv_decode.json",
+}
+# A second workload (by size) where it reaches a launch shape the smallest does not.
+SECOND_SHAPE = {
+    "l1/gqa_decode_llama3_1_8b": 1,  # kv_len 1024: 16 splits and the merge kernel
+    "l1/sampling_argmax_llama3_1_8b": 1,  # 8 rows: chunks combined by the second kernel
+}
+SLOW_DIRECT = {"l2/swiglu_mlp_llama3_1_8b"}  # ~50 s of CPU for the reference and the kernel
+CPU_FAST = dict(device="cpu", baseline="eager", smallest=1, rounds=1, warmup=1, iterations=2,
+                verify=1)
+
+
+def _evaluate(address: str, config: EvalConfig) -> list[Status]:
+    problem = open_problem(address)
+    solution = load_solution(SOLUTIONS / address / GROWN[address])
+    assert solution.definition == problem.definition.name
+    assert solution.languages == ("triton",) and solution.destination_passing_style
+    return [trace.evaluation.status for trace in evaluate(problem, solution, config)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("address", GROWN)
+def test_grown_solution_passes_the_harness_on_the_cpu(address, tmp_path):
+    # The MLP's interpreted GEMMs take about a minute of CPU per call: more than the default
+    # 180 s per workload on a loaded machine.
+    limits = Limits(workload_timeout_s=900.0) if address in SLOW_DIRECT else Limits()
+    config = EvalConfig(**CPU_FAST, limits=limits, cache_dir=tmp_path)
+    assert _evaluate(address, config) == [Status.PASSED]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("address", GROWN)
+def test_grown_solution_passes_every_workload_on_the_gpu(address, tmp_path):
+    config = EvalConfig(device="cuda", baseline="eager", cache_dir=tmp_path)
+    statuses = _evaluate(address, config)
+    assert statuses == [Status.PASSED] * len(open_problem(address).workloads), statuses
+
+
+def _kernel(address: str, tmp_path: Path) -> ModuleType:
+    """The solution's kernel.py as a module (Triton reads a kernel's source from its file)."""
+    solution = load_solution(SOLUTIONS / address / GROWN[address])
+    assert solution.definition == open_problem(address).definition.name
+    assert solution.languages == ("triton",) and solution.destination_passing_style
+    assert "DRAM" in solution.description or "bytes" in solution.description
+    path = tmp_path / "kernel.py"
+    path.write_text(solution.sources[0].content)
+    spec = importlib.util.spec_from_file_location(f"kernel_{address.replace('/', '_')}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _check_against_reference(address: str, kernel: ModuleType, size_rank: int) -> None:
+    problem = open_problem(address)
+    workload = sorted(problem.workloads, key=problem.input_elements)[size_rank]
+    expected, axes = run_reference(problem, workload.uuid, seed=7)
+    inputs = make_inputs(problem, workload, "cpu", seed=7)
+    outputs, shapes = [], {}
+    for name, spec in problem.definition.outputs.items():
+        shapes[name] = tensor_shape(spec, axes)
+        poison = float("nan") if spec.dtype.is_float else -1
+        outputs.append(torch.full(storage_shape(shapes[name], spec.dtype), poison,
+                                  dtype=torch.float32).to(spec.dtype.torch_dtype))
+    kernel.run(*inputs.values(), *outputs)
+    verdict = compare_outputs(outputs, expected, problem.definition, shapes, workload.tolerance)
+    assert verdict.passed, f"{address} at {axes}: {verdict.message}"
+
+
+@pytest.mark.parametrize("address", [
+    pytest.param(a, marks=pytest.mark.slow) if a in SLOW_DIRECT else a for a in GROWN])
+def test_grown_solution_matches_the_reference(address, tmp_path):
+    kernel = _kernel(address, tmp_path)
+    _check_against_reference(address, kernel, 0)
+    if address in SECOND_SHAPE:
+        _check_against_reference(address, kernel, SECOND_SHAPE[address])
+
+
+def test_argmax_ties_go_to_the_lowest_id(tmp_path):
+    kernel = _kernel("l1/sampling_argmax_llama3_1_8b", tmp_path)
+    logits = torch.randn(3, 20000).bfloat16()
+    logits[0, [17, 9000, 19999]] = 50.0  # ties inside a block and across chunks
+    logits[1, [4095, 4096]] = 50.0  # across a block boundary
+    logits[2, -1] = 50.0
+    token_ids = torch.full((3,), -1, dtype=torch.int64)
+    kernel.run(logits, token_ids)
+    assert token_ids.tolist() == [17, 4095, 19999]
+
+
+def test_unary_activation_takes_strided_rows(tmp_path):
+    kernel = _kernel("l1/silu_mamba2_2_7b", tmp_path)
+    wide = torch.randn(4, 300).bfloat16()
+    x = wide[:, :200]  # rows 300 apart: not packed, the (row, column) grid
+    out = torch.empty(4, 200, dtype=torch.bfloat16)
+    kernel.run(x, out)
+    torch.testing.assert_close(out, torch.nn.functional.silu(x), rtol=1e-2, atol=1e-2)
+
+
+def test_log_softmax_whole_rows_loop_over_rows(tmp_path):
+    kernel = _kernel("l1/log_softmax_qwen3_8b_vocab", tmp_path)
+    logits = (3 * torch.randn(5, 20000)).bfloat16()
+    out = torch.empty(5, 20000)
+    kernel.log_softmax_whole_rows(logits, out, 2)  # 4 programs for 5 rows: each loops over rows
+    expected = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_causal_prefill_walks_several_tiles_and_query_blocks(tmp_path):
+    kernel = _kernel("l1/gqa_causal_prefill_llama3_1_8b", tmp_path)
+    q = torch.randn(1, 200, 4, 128).bfloat16()  # 2 query blocks, up to 4 key tiles
+    k, v = torch.randn(1, 200, 1, 128).bfloat16(), torch.randn(1, 200, 1, 128).bfloat16()
+    out = torch.empty_like(q)
+    kernel.run(q, k, v, out)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2).float(), k.transpose(1, 2).float(), v.transpose(1, 2).float(),
+        is_causal=True, enable_gqa=True).transpose(1, 2)
+    torch.testing.assert_close(out.float(), expected, rtol=2e-2, atol=2e-2)
