@@ -10,6 +10,15 @@
 #           suite        the bundled suite and its shipped solutions (issue 5)
 #           forge        template search over 24 L1/L2 problems and its goal (issue 6)
 #           hgemm        the HGEMM tuner and benchmark (issue 7; carry nvmath-python)
+#           sandbox      the sandbox's cost per candidate on the GPU (benchmarks/sandbox_cost.py)
+#           floor        the launch floor: near-empty kernels, cold and warm L2
+#           examples     the public example solutions in $EXAMPLES (folders, space-separated:
+#                        SOL-ExecBench's examples/ and FlashInfer-Bench's examples/), built
+#                        and judged (benchmarks/examples_gpu.py, resumable)
+#           libraries    the library baselines (cuDNN SDPA, cuBLASLt, FlashInfer) of the
+#                        problems that map to one (benchmarks/library_baselines_gpu.py)
+#
+# HARNESS_PARTS (default: all) picks the parts of benchmarks/harness_gpu.py the harness stage runs.
 #
 # A stage whose result file is already in OUTDIR is skipped, so a run cut short by a time limit
 # resumes where it stopped. suite, forge and hgemm are long: each call works until
@@ -63,7 +72,8 @@ stage_calibrate() {
 }
 
 stage_harness() {
-    "$python" benchmarks/harness_gpu.py "$out" 2>&1 | tee "$out/harness.log"
+    # shellcheck disable=SC2086
+    "$python" benchmarks/harness_gpu.py "$out" ${HARNESS_PARTS:-} 2>&1 | tee -a "$out/harness.log"
 }
 
 deadline=${DEADLINE_S:-540}
@@ -88,6 +98,26 @@ stage_hgemm() {
         2>&1 | tee -a "$out/hgemm.log"
 }
 
+stage_sandbox() {
+    "$python" benchmarks/sandbox_cost.py "$out/sandbox-cost.json" --device cuda --evaluate \
+        --repeats 5 2>&1 | tee "$out/sandbox.log"
+}
+
+stage_floor() {
+    "$python" benchmarks/launch_floor.py -o "$out/launch-floor.json" 2>&1 | tee "$out/floor.log"
+}
+
+stage_examples() {
+    # shellcheck disable=SC2086
+    "$python" benchmarks/examples_gpu.py ${EXAMPLES:?set EXAMPLES to the example folders} \
+        -o "$out/examples.json" --deadline-s "$deadline" 2>&1 | tee -a "$out/examples.log"
+}
+
+stage_libraries() {
+    "$python" benchmarks/library_baselines_gpu.py -o "$out/library-baselines.json" \
+        --deadline-s "$deadline" 2>&1 | tee -a "$out/libraries.log"
+}
+
 for stage in "${stages[@]}"; do
     case $stage in
         env) run_stage env environment.txt stage_env ;;
@@ -98,6 +128,10 @@ for stage in "${stages[@]}"; do
         suite) run_stage suite "" stage_suite ;;
         forge) run_stage forge "" stage_forge ;;
         hgemm) run_stage hgemm "" stage_hgemm ;;
+        sandbox) run_stage sandbox sandbox-cost.json stage_sandbox ;;
+        floor) run_stage floor launch-floor.json stage_floor ;;
+        examples) run_stage examples "" stage_examples ;;
+        libraries) run_stage libraries "" stage_libraries ;;
         *) echo "unknown stage $stage" >&2; exit 2 ;;
     esac
 done
