@@ -135,6 +135,8 @@ class Worker:
         torch.randn(1 << 16, device=self.device).sum()
         time_iterations(lambda i: None, iterations=1, warmup=0, method=self.config.timing_method,
                         flush_bytes=self.config.flush_bytes)
+        if self.config.role == protocol.CANDIDATE and "torch._dynamo" in self.config.preload:
+            _compile_once(self.device)
 
     def _load_function(self) -> Callable[..., Any]:
         config = self.config
@@ -394,6 +396,17 @@ class TimedCalls:
         values = worker.collect(self.workload, self.results.pop(i), self.buffers.pop(i))
         worker.link.send(protocol.CALL_OUTPUT, {"workload": self.workload.uuid,
                                                 "iteration": i}, values)
+
+
+def _compile_once(device: torch.device) -> None:
+    """Compile and run a trivial function once: a solution that uses torch.compile would
+    otherwise have dynamo, inductor and its backend register their kernels, modes and hooks
+    during its import or first call, after the guards' snapshot, as if it had installed them."""
+    import torch._dynamo
+
+    compiled = torch.compile(lambda x: x * 2 + 1, dynamic=False)
+    compiled(torch.ones(8, device=device))
+    torch._dynamo.reset()
 
 
 def poisoned(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
