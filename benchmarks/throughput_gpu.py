@@ -49,8 +49,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from script_common import log, recorded_environment  # noqa: E402
 
 from solforge.bench.plan import find_solutions, plan_problems, solution_folders  # noqa: E402
-from solforge.defaults import DEFAULT_BASELINE  # noqa: E402
 from solforge.bench.run import BenchConfig, run_bench  # noqa: E402
+from solforge.defaults import DEFAULT_BASELINE  # noqa: E402
 from solforge.errors import SolforgeError  # noqa: E402
 from solforge.forge.loop import OptimizeConfig, Optimizer  # noqa: E402
 from solforge.harness.baseline import BaselineCache, export_baselines  # noqa: E402

@@ -52,14 +52,14 @@ def test_the_recorded_h200_floor_reads_back(tmp_path):
 
 
 def test_standings_carry_the_median_reach_on_a_gpu_only():
-    from solforge.report.data import Candidate, SpeedOfLight, WorkloadResult
+    from solforge.report.data import MeasuredWorkload, SolutionRun, WorkloadAnalysis
     from solforge.report.tables import standings
 
-    def result(workload: str, t_sol_ms: float, t_k_ms: float, device: str) -> WorkloadResult:
-        sol = SpeedOfLight("H200", "tf32", t_sol_ms, 1.0, {}, 1.0, "memory")
-        kernel = Candidate("k", "solforge", "PASSED", t_k_ms)
-        return WorkloadResult("l1/x", "l1", workload, device, "H200" if device == "cuda"
-                              else "CPU_x86_64", sol, 2 * t_k_ms, 2 * t_k_ms, (kernel,))
+    def result(workload: str, t_sol_ms: float, t_k_ms: float, device: str) -> MeasuredWorkload:
+        sol = WorkloadAnalysis("H200", "tf32", t_sol_ms, 1.0, {}, 1.0, "memory")
+        kernel = SolutionRun("k", "solforge", "PASSED", t_k_ms)
+        return MeasuredWorkload("l1/x", "l1", workload, device, "H200" if device == "cuda"
+                                else "CPU_x86_64", sol, 2 * t_k_ms, 2 * t_k_ms, (kernel,))
 
     gpu = [result("a", 0.0005, 0.002, "cuda"), result("b", 0.030, 0.040, "cuda"),
            result("c", 0.050, 0.100, "cuda")]

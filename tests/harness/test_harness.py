@@ -457,7 +457,7 @@ def test_cuda_ipc_hands_a_copy_to_another_process():
     shared = SharedInputs(device)
     values, descriptions = shared.share([original, 1e-5])
     assert values[1] == 1e-5 and descriptions[1] is None and descriptions[0]["kind"] == "cuda_ipc"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
     child = subprocess.run([sys.executable, "-c", _OPEN_SHARED], capture_output=True, text=True,
                            input=json.dumps({"values": values, "shared": descriptions}),
                            env=env, timeout=120)

@@ -44,7 +44,7 @@ SOL_PROBLEMS = {
     "fib/segment_sum_h16",
 }
 FIB_PROBLEMS = {"fib/rmsnorm_h64", "fib/segment_sum_h16"}
-SHIPPED_RMSNORM = (Path(__file__).parent.parent / "src" / "solforge" / "solutions" / "l1"
+SHIPPED_RMSNORM = (Path(__file__).resolve().parents[2] / "src" / "solforge" / "solutions" / "l1"
                    / "rmsnorm_llama3_1_8b" / "triton_rmsnorm.json")
 SEGMENT_BLOB = ("blob/workloads/segment_sum/segment_sum_h16/"
                 "segment_sum_h16_92749eb1-247a-4a1e-a44c-c2e851aec653.safetensors")

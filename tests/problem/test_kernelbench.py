@@ -29,7 +29,7 @@ IMPORTABLE = {
     "level3/91_StatefulRNNCell",
     "level3/93_RelativePositionBias",
 }
-OPTIONAL = Path(__file__).parent / "fixtures" / "kernelbench_optional"
+OPTIONAL = Path(__file__).resolve().parents[1] / "fixtures" / "kernelbench_optional"
 BROKEN = FIXTURES / "level1" / "99_Broken_data_dependent.py"
 
 
@@ -275,7 +275,7 @@ def test_import_script_analyzes_every_fixture_with_no_uncosted_op(tmp_path):
     every importable fixture: nothing is left without a cost rule."""
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from kernelbench_import import import_and_analyze
 
     records = [import_and_analyze(FIXTURES / f"{address}.py", tmp_path / address.split("/")[0])
