@@ -514,3 +514,31 @@ def test_the_readme_counts_the_problems_the_code_ships():
                           ("fib", r"(\d+) inference primitives")):
         found = re.search(pattern, readme)
         assert found and int(found.group(1)) == len(bundled_problem_dirs(tier)), tier
+
+
+def test_bench_names_the_cause_of_each_failed_trace(tmp_path):
+    from types import SimpleNamespace
+
+    from solforge.bench.run import StoredProblem
+    from solforge.cli.bench import failure_lines
+    from solforge.harness.trace import Environment, Evaluation, Status, Trace
+    from solforge.problem import load_problem
+
+    store = open_store(str(tmp_path / "bench.db"))
+    problem = load_problem(SMALL)
+    problem_id = store.problem_id(str(SMALL), problem, None)
+    workload = problem.workloads[0]
+    workload_id = store.workload_id(problem_id, workload, problem.axes(workload))
+    solution = {"name": "broken", "definition": problem.name, "spec": {"languages": ["cuda"]},
+                "sources": [{"path": "kernel.cu", "content": "x"}]}
+    solution_id = store.solution_id(solution)
+    evaluation = Evaluation(status=Status.COMPILE_ERROR, environment=Environment("CPU_x86_64",
+                            {}), timestamp="2026-12-01T00:00:00Z", log=NVCC_LOG)
+    trace = Trace(problem.name, "broken", workload.to_dict(), evaluation).to_dict()
+    store.save_trace(None, workload_id, solution_id, "cpu", "CPU_x86_64", trace)
+    outcome = SimpleNamespace(device="cpu", hardware="CPU_x86_64", problems=(StoredProblem(
+        str(SMALL), None, {workload.uuid: workload_id}, {"broken": solution_id}),))
+    assert failure_lines(store, outcome) == [
+        f"{SMALL} broken {workload.uuid[:8]} COMPILE_ERROR: kernel.cu(17): error: identifier "
+        "\"blockIdy\" is undefined"]
+    assert failure_lines(store, outcome, limit=0) == ["... and 1 more failed traces"]
