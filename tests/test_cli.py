@@ -256,6 +256,21 @@ def test_eval_exit_status_and_causes(tmp_path, monkeypatch, capsys):
     code, out, _ = run_main([*args, "--json"], monkeypatch, capsys)
     assert code == 1 and [json.loads(line)["evaluation"]["status"]
                           for line in out.splitlines()] == ["PASSED", "COMPILE_ERROR"]
+    # A solution written for another problem: said before the run, hinted at after it.
+    other = tmp_path / "softmax.json"
+    other.write_text(json.dumps({
+        "name": "softmax_kernel", "definition": "softmax_llama3_1_8b_vocab",
+        "spec": {"languages": ["pytorch"], "entry_point": "kernel.py::run"},
+        "sources": [{"path": "kernel.py", "content": solution.read_text()}]}))
+    monkeypatch.setattr(harness, "evaluate", _fake_evaluate(
+        ["RUNTIME_ERROR"], "Traceback (most recent call last):\nTypeError: run() missing 1 "
+                           "required positional argument: 'eps'"))
+    code, out, err = run_main(["eval", str(SMALL), str(other), "--device", "cpu"], monkeypatch,
+                              capsys)
+    assert code == 1
+    assert "names the definition 'softmax_llama3_1_8b_vocab'" in " ".join(err.split())
+    assert ("hint: the solution was written for 'softmax_llama3_1_8b_vocab', not "
+            "'rmsnorm_small'") in " ".join(out.split())
 
 
 @pytest.mark.slow
