@@ -59,8 +59,9 @@ def bench_command(
                                               "import of a solution."),
 ) -> None:
     """Measure T_SOL, the baselines and every solution; store the traces; print the scores.
-    Exits 0 when every solution passed every workload, 1 when one did not (or a unit could
-    not run), 2 on bad input, 130 when interrupted."""
+
+    Exits 0 when every solution passed every workload, 1 when one did not (or a unit could not
+    run), 2 on bad input, 130 when interrupted."""
     import torch
 
     from solforge.bench.plan import CPU_MODE, find_solutions, plan_problems, solution_folders

@@ -49,6 +49,7 @@ def eval_command(
                                               "import."),
 ) -> None:
     """Evaluate SOLUTION on the workloads of PROBLEM: correctness, timing, SOL score.
+
     Exits 0 when every workload passed, 1 when one did not, 2 on bad input."""
     import torch
 
