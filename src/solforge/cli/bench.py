@@ -14,10 +14,12 @@ from rich.table import Table
 
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
+from solforge.cli.failures import failure_cause
 from solforge.cli.tables import compact_table
 from solforge.humanize import number, plural, time_range, time_unit
 from solforge.storage import store_scope
 
+MAX_FAILURES_SHOWN = 10
 console = make_console()
 progress_console = make_console(stderr=True)
 
@@ -56,8 +58,9 @@ def bench_command(
                                               "import of a solution."),
 ) -> None:
     """Measure T_SOL, the baselines and every solution; store the traces; print the scores.
-    Exits 0 when every solution passed every workload, 1 when one did not (or a unit could
-    not run), 2 on bad input, 130 when interrupted."""
+
+    Exits 0 when every solution passed every workload, 1 when one did not (or a unit could not
+    run), 2 on bad input, 130 when interrupted."""
     import torch
 
     from solforge.bench.plan import CPU_MODE, find_solutions, plan_problems, solution_folders
@@ -106,9 +109,29 @@ def bench_command(
                   f"writes them as JSONL)", highlight=False)
     incomplete = incomplete_problems(results)
     if incomplete or outcome.failures:
-        console.print(f"not every workload passed: {', '.join(incomplete) or 'see above'}",
+        for line in failure_lines(store, outcome):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+        console.print(f"not every workload passed: {', '.join(incomplete) or 'see above'} "
+                      "(`solforge eval PROBLEM SOLUTION --verbose` prints a whole log)",
                       highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def failure_lines(store, outcome, limit: int = MAX_FAILURES_SHOWN) -> list[str]:
+    """One line per failed trace of this bench: where, and the cause (the compiler's first
+    error or the exception), at most `limit` of them."""
+    lines = []
+    for stored in outcome.problems:
+        uuids = {wid: uuid for uuid, wid in stored.workload_ids.items()}
+        names = {sid: name for name, sid in stored.solution_ids.items()}
+        for row in store.find_traces(list(uuids), list(names), outcome.device, outcome.hardware):
+            if row.status != "PASSED":
+                log = row.record.get("evaluation", {}).get("log")
+                lines.append(f"{stored.address} {names[row.solution_id]} "
+                             f"{uuids[row.workload_id][:8]} {row.status}: {failure_cause(log)}")
+    if len(lines) > limit:
+        return [*lines[:limit], f"... and {len(lines) - limit} more failed traces"]
+    return lines
 
 
 def incomplete_problems(results: list) -> list[str]:

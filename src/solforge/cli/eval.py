@@ -47,6 +47,7 @@ def eval_command(
                                               "import."),
 ) -> None:
     """Evaluate SOLUTION on the workloads of PROBLEM: correctness, timing, SOL score.
+
     Exits 0 when every workload passed, 1 when one did not, 2 on bad input."""
     from solforge.data.solution import load_solution
     from solforge.data.trace import append_traces, trace_line

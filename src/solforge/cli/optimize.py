@@ -48,6 +48,7 @@ def optimize(
                                                           "show it the metrics."),
 ) -> None:
     """Search for faster correct kernels; keep a quality-diversity archive; write the best.
+
     Exits 0 when a correct kernel was found, 1 when none was, 2 on bad input."""
 
     from solforge.defaults import resolve_run

@@ -25,8 +25,9 @@ def report(
     runs: Annotated[list[int] | None, typer.Option(
         "--run", help="Only the traces of this run (repeat for several; default: all).")] = None,
 ) -> None:
-    """SOL scores per tier, rooflines, a per-problem table and a leaderboard, in one HTML file;
-    CPU-mode results get timing charts and no ranking."""
+    """SOL scores per tier, rooflines, a per-problem table and a leaderboard, in one HTML file.
+
+    Results of the CPU mode get their time and speedup charts, and no ranking."""
     from solforge.report import gather, render
 
     data = gather(open_store(db, must_exist=True), runs or ())

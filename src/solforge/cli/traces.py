@@ -35,8 +35,9 @@ def import_traces_command(
                                               "eval -o).")],
     db: str = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """Read trace records into the store; one already there for the same workload, solution,
-    device and hardware is replaced."""
+    """Read trace records into the store.
+
+    A trace already there for the same workload, solution, device and hardware is replaced."""
     with store_scope(db) as store:
         count = store.import_traces(file)
     console.print(f"imported {plural(count, 'trace')} from {file} into {store.url}",
