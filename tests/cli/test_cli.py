@@ -204,7 +204,7 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 def _fake_evaluate(statuses: list[str], log: str):
     """Stands in for the harness: one trace per status, failures with `log`."""
-    from solforge.harness.trace import (
+    from solforge.data.trace import (
         BaselineReport,
         Correctness,
         Environment,
@@ -536,7 +536,7 @@ def test_bench_names_the_cause_of_each_failed_trace(tmp_path):
 
     from solforge.bench.run import StoredProblem
     from solforge.cli.bench import failure_lines
-    from solforge.harness.trace import Environment, Evaluation, Status, Trace
+    from solforge.data.trace import Environment, Evaluation, Status, Trace
     from solforge.problem import load_problem
 
     store = open_store(str(tmp_path / "bench.db"))
