@@ -155,7 +155,8 @@ class Judge:
 
     def _hand_over(self, phase: str, index: int, seed: int) -> float:
         """Send the inputs of one call (through CUDA IPC on a GPU, as bytes otherwise); the
-        moment they left."""
+        moment the sending began. The worker may read them and start the call before the send
+        returns here, so the bracket opens before it: a bound the honest can never exceed."""
         try:
             inputs = self.oracle.inputs(self.workload, seed)
         except Exception as exc:
@@ -164,8 +165,9 @@ class Judge:
         meta = {"workload": self.workload.uuid, "phase": phase, "index": index}
         if self.shared is not None:
             inputs, meta["shared"] = self.shared.share(inputs)
+        began = time.monotonic()
         self.session.send(protocol.INPUTS, meta, inputs)
-        return time.monotonic()
+        return began
 
     def _timed(self, worst: Correctness | None, first_call_ms: float | None) -> WorkloadResult:
         """Hand over each call's inputs, take its outputs, compare the secretly chosen ones."""
