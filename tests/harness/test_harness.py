@@ -503,6 +503,31 @@ def test_failed_input_generation_is_an_invalid_reference_not_a_crash():
     assert session.sent == ["start"]  # no inputs ever left the driver
 
 
+class _SlowSendSession(_RecordingSession):
+    """A send that returns late, as a pipe write does once the worker has read the inputs
+    and may already be running the call."""
+
+    def send(self, kind, meta=None, values=()) -> None:
+        super().send(kind, meta, values)
+        self.returned = time.monotonic() + 0.05
+        time.sleep(0.05)
+
+
+class _Inputs:
+    def inputs(self, workload, seed):
+        return [torch.ones(2)]
+
+
+def test_the_bracket_opens_before_the_inputs_are_sent():
+    """A bracket opened after send() returned would be shorter than an honest call's time."""
+    session = _SlowSendSession()
+    judge = Judge(session, _BrokenInputs(), Plan(SeedPlan(secret=1), 1, 0, 1, 1), 10.0)
+    judge.oracle = _Inputs()
+    judge.workload = load_problem(SMALL).workloads[0]
+    opened = judge._hand_over("call", 0, 7)
+    assert session.sent == ["inputs"] and opened <= session.returned - 0.04
+
+
 def test_live_children_finds_a_running_subprocess():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
