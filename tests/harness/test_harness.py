@@ -34,10 +34,12 @@ from solforge.data.trace import (
     read_traces,
 )
 from solforge.data.workload import Tolerance
+from solforge.harness import protocol
 from solforge.harness.channel import (
     ChannelClosed,
     ChannelForged,
     ChannelTimeout,
+    Frame,
     FrameReader,
     FrameWriter,
 )
@@ -468,6 +470,36 @@ def test_cuda_ipc_hands_a_copy_to_another_process():
     shared.release()
 
 
+_WRITE_SLOT = """
+import json, sys, torch
+from solforge.harness.handover import OutputSlots
+meta = json.loads(sys.stdin.read())
+slots = OutputSlots.mapped(meta["slots"], 2)
+print(json.dumps(slots.fill([torch.full((64, 3), 2.5, device="cuda"), 7])))
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_ipc_output_slots_carry_a_call_output_back_from_another_process():
+    """A second process writes its output into the driver's slot; the driver's copy holds it
+    and is its own memory (later writes into the slot do not reach it)."""
+    from solforge.harness.handover import SharedInputs, taken
+
+    device = torch.device("cuda")
+    slots, descriptions = SharedInputs(device).output_slots([((64, 3), torch.float32), None])
+    assert slots[1] is None and descriptions[1] is None
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    child = subprocess.run([sys.executable, "-c", _WRITE_SLOT], capture_output=True, text=True,
+                           input=json.dumps({"slots": descriptions}), env=env, timeout=120)
+    assert child.returncode == 0, child.stderr
+    sent = json.loads(child.stdout)
+    assert sent == [0, 7]  # the slotted output travels as a placeholder
+    copies = taken(sent, slots)
+    slots[0].zero_()
+    assert copies[1] == 7 and torch.equal(copies[0], torch.full((64, 3), 2.5, device=device))
+
+
 class _BrokenInputs:
     """An oracle whose input generation fails, for a judge that talks to no worker."""
 
@@ -491,6 +523,22 @@ class _RecordingSession:
 
     def deadline(self, seconds: float) -> float:
         return time.monotonic() + seconds
+
+
+def test_the_judge_compares_what_the_slots_hold_not_what_the_frame_says():
+    """With output slots the frame's values are placeholders: the driver's copy of the slot is
+    what it compares; a frame whose outputs do not match the slots breaks the protocol."""
+    plan = Plan(SeedPlan(secret=1), rounds=1, warmup=1, iterations=2, verify=1)
+    judge = Judge(_RecordingSession(), _BrokenInputs(), plan, 10.0)
+    slot = torch.full((8, 256), 2.0)
+    judge.slots = [slot]
+    values = judge._taken(Frame(protocol.CALL_OUTPUT, {}, [0]))
+    slot.zero_()
+    assert torch.equal(values[0], torch.full((8, 256), 2.0))
+    with pytest.raises(WorkerLost, match="2 outputs arrived for 1 slots"):
+        judge._taken(Frame(protocol.CALL_OUTPUT, {}, [0, 1]))
+    judge.slots = None
+    assert judge._taken(Frame(protocol.CALL_OUTPUT, {}, [slot]))[0] is slot
 
 
 def test_failed_input_generation_is_an_invalid_reference_not_a_crash():

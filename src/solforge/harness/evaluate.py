@@ -372,7 +372,8 @@ class EvaluationRun:
             max_ms=timing["max_ms"], spread=timing["spread"],
             sm_clock_mhz=timing.get("sm_clock_mhz"), mem_clock_mhz=timing.get("mem_clock_mhz"),
             kernels_per_iteration=timing.get("kernels_per_iteration"),
-            first_call_ms=result.first_call_ms, verified_iterations=result.verified)
+            first_call_ms=result.first_call_ms, verified_iterations=result.verified,
+            handover=result.handover)
 
 
 _WITH_CORRECTNESS = (Status.PASSED, Status.INCORRECT_NUMERICAL)

@@ -382,6 +382,9 @@ class Guards:
     def pin(self, label: str, instance: object, mutable: Iterable[str] = ()) -> None:
         self.identities.pin(label, instance, mutable)
 
+    def unpin(self, label: str) -> None:
+        self.identities.pinned.pop(label, None)
+
     def returned(self) -> None:
         """A call has just returned: from now on, other threads should be idle."""
         self.after_return.mark()

@@ -52,6 +52,7 @@ class WorkloadResult:
     first_call_ms: float | None = None
     verified: tuple[int, ...] = ()
     fatal: bool = False  # the worker cannot go on (it exits)
+    handover: str = ""  # handover.KIND, or "bytes" and why (TimingReport.handover)
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,9 @@ class Judge:
         self.plan = plan
         self.timeout_s = timeout_s
         self.shared: SharedInputs | None = None
+        self.slots: list[torch.Tensor | None] | None = None  # this workload's output slots
         self.probed = oracle.device.type != "cuda"  # IPC is for device tensors only
-        self.probe_note = ""
+        self.handover = "bytes" if self.probed else ""  # set by the probe on a GPU
 
     def judge(self, workload: Workload) -> WorkloadResult:
         """The verdict; raises WorkerLost when the worker stops answering."""
@@ -107,10 +109,16 @@ class Judge:
         except InputFailure as failure:  # the worker waits for inputs that will not come
             return WorkloadResult(workload.uuid, Status.INVALID_REFERENCE, str(failure),
                                   fatal=True)
+        finally:
+            self.slots = None
 
     def _judge(self) -> WorkloadResult:
         uuid = self.workload.uuid
-        self.session.send(protocol.START, {"workload": uuid, "rounds": self.plan.rounds})
+        start: dict[str, Any] = {"workload": uuid, "rounds": self.plan.rounds}
+        if self.shared is not None:
+            self.slots, start["slots"] = self.shared.output_slots(
+                _output_layouts(self.oracle, self.workload))
+        self.session.send(protocol.START, start)
         worst: Correctness | None = None
         failed: Comparison | None = None
         for number in range(self.plan.rounds):
@@ -119,7 +127,7 @@ class Judge:
             frame = self._expect(protocol.ROUND)
             self._require(frame.meta.get("round") == number, f"round {number} missing")
             if failed is None:
-                verdict = self._compare(frame.values, seed)
+                verdict = self._compare(self._taken(frame), seed)
                 failed = None if verdict.passed else verdict
                 worst = worst_of(worst, verdict.correctness)
             else:
@@ -133,24 +141,32 @@ class Judge:
         return self._timed(worst, first_call_ms)
 
     def _probe(self) -> None:
-        """Once per worker on a GPU: hand over inputs through CUDA IPC if the worker can map a
-        shared tensor, else as bytes."""
+        """Once per worker on a GPU: hand inputs and outputs over through CUDA IPC if the worker
+        can map a shared tensor and write into a slot, else as bytes."""
         self.probed = True
+        device = self.oracle.device
         try:
-            shared = SharedInputs(self.oracle.device)
-            values, descriptions = shared.share([handover.probe_value(self.oracle.device)])
+            shared = SharedInputs(device)
+            values, descriptions = shared.share([handover.probe_value(device)])
+            slots, slot_descriptions = shared.output_slots([handover.probe_slot(device)])
+            slots[0].zero_()
+            torch.cuda.synchronize(device)  # zeroed before the worker can write it
         except Exception as exc:  # no IPC in this driver
-            self.probe_note = f"CUDA IPC unavailable in the driver: {exc}"
+            self.handover = f"bytes (CUDA IPC unavailable in the driver: {exc})"[:300]
             return
-        self.session.send(protocol.PROBE, {"shared": descriptions}, values)
+        self.session.send(protocol.PROBE, {"shared": descriptions, "slots": slot_descriptions},
+                          values)
         frame = self.session.receive(self.deadline, 0, "the worker did not answer the probe")
         if frame.kind == protocol.FAILURE:
             raise WorkerFailure(frame.meta)
         self._require(frame.kind == protocol.PROBED, f"expected probed, got {frame.kind}")
-        if frame.meta.get("sum") == handover.PROBE_SUM:
+        written = int(handover.taken([0], slots)[0].item())
+        if frame.meta.get("sum") == handover.PROBE_SUM == written:
             self.shared = shared
+            self.handover = handover.KIND
         else:
-            self.probe_note = f"CUDA IPC failed in the worker: {frame.meta.get('error')}"
+            error = frame.meta.get("error") or f"the slot held {written}"
+            self.handover = f"bytes (CUDA IPC failed in the worker: {error})"[:300]
         shared.release()
 
     def _hand_over(self, phase: str, index: int, seed: int) -> float:
@@ -194,7 +210,7 @@ class Judge:
             if i not in chosen:
                 self.oracle.forget(self.workload, seed)
             elif failed is None:
-                verdict = self._compare(frame.values, seed)
+                verdict = self._compare(self._taken(frame), seed)
                 if not verdict.passed:
                     failed = _timed_failure(verdict, i)
         if meta is None:
@@ -207,7 +223,16 @@ class Judge:
         except ForgedTiming as exc:
             return WorkloadResult(uuid, Status.REWARD_HACK, str(exc))
         return WorkloadResult(uuid, Status.PASSED, "", worst, asdict(timing), first_call_ms,
-                              tuple(sorted(chosen)))
+                              tuple(sorted(chosen)), handover=self.handover)
+
+    def _taken(self, frame) -> list[Any]:
+        """A frame's outputs, from this workload's slots where the driver has them."""
+        if self.slots is None:
+            return frame.values
+        try:
+            return handover.taken(frame.values, self.slots)
+        except ValueError as exc:
+            raise WorkerLost(Status.RUNTIME_ERROR, f"protocol broken: {exc}") from None
 
     def _compare(self, values: list[Any], seed: int) -> Comparison:
         try:
@@ -285,14 +310,21 @@ def _timed_failure(verdict: Comparison, iteration: int) -> Comparison:
     return Comparison(Status.REWARD_HACK, None, message)
 
 
+def _output_layouts(oracle: ReferenceOracle, workload: Workload
+                    ) -> list[tuple[tuple[int, ...], torch.dtype] | None]:
+    """(storage shape, dtype) of each tensor output as the worker hands it over; None for a
+    number."""
+    shapes = oracle.output_shapes(workload)
+    return [None if spec.shape is None
+            else (storage_shape(shapes[name] or (), spec.dtype), spec.dtype.torch_dtype)
+            for name, spec in oracle.problem.definition.outputs.items()]
+
+
 def _output_bytes(oracle: ReferenceOracle, workload: Workload) -> int:
     """The payload of a frame of outputs: anything larger was not written by the harness."""
-    total = 0
     shapes = oracle.output_shapes(workload)
+    total = 0
     for name, spec in oracle.problem.definition.outputs.items():
-        shape = storage_shape(shapes[name] or (), spec.dtype)
-        count = 1
-        for size in shape:
-            count *= size
+        count = math.prod(storage_shape(shapes[name] or (), spec.dtype))
         total += count * torch.empty((), dtype=spec.dtype.torch_dtype).element_size()
     return total

@@ -8,12 +8,12 @@ The driver leads; the worker never holds the plan. First
 
 then, once, on a GPU:
 
-    PROBE {shared}                     ->                 (can this worker map CUDA IPC?)
+    PROBE {shared, slots}              ->     (can this worker map CUDA IPC and write a slot?)
                                        <-     PROBED {sum | error}
 
 then per workload:
 
-    START {workload, rounds}           ->
+    START {workload, rounds, slots}    ->     (slots: where tensor outputs go, on a GPU)
     INPUTS {round r} + inputs          ->                                    (per round)
                                        <-     ROUND {round} + outputs
                                        <-     ROUNDS_DONE {first_call_ms}
@@ -25,6 +25,9 @@ then per workload:
                                        <-     TIMING {raw times, clocks}
                                        <-     WORKLOAD_DONE
     ... next workload ...; when none is left the driver kills the worker's process group.
+
+With slots (handover.py) a ROUND or CALL_OUTPUT frame carries 0 for each slotted output, which
+the worker has copied into the driver's slot before sending it.
 
 The driver makes every input and sends a call's inputs only after it holds the previous call's
 outputs, so the worker never holds the inputs of a call before that call starts, and never

@@ -8,9 +8,10 @@ its first import, so the harness keeps nothing here that decides a verdict:
   the next call's inputs once it holds the previous call's outputs), so a hook on PyTorch's
   random-number kernels, or anything watching this process, sees a call's inputs no earlier
   than the call itself;
-- outputs are handed to the driver the moment the call returns (copied out through the result
-  channel), so a late write from a pool thread changes nothing the driver holds, and the
-  driver alone picks, in secret, which timed outputs it compares;
+- outputs are handed to the driver the moment the call returns (copied into the driver's own
+  device memory on a GPU, through the result channel otherwise; handover.py), so a late write
+  from a pool thread changes nothing the driver holds, and the driver alone picks, in secret,
+  which timed outputs it compares;
 - times go to the driver raw; it recomputes every statistic and bounds each time by its own
   wall-clock bracket of the call.
 Each call gets freshly poisoned outputs (every byte 0xFF: NaN in every float format), so a
@@ -23,7 +24,6 @@ calls are prepared the same way, so the candidate cannot tell them apart.
 from __future__ import annotations
 
 import gc
-import hashlib
 import importlib
 import importlib.util
 import sys
@@ -52,6 +52,7 @@ from solforge.problem.reference import load_reference_module
 _FOREVER = 1e9  # the worker waits on the driver; the driver enforces every time limit
 _POISON_BYTE = 0xFF
 LATE_WORK_S = 1.0  # how long a wrong round's outputs are watched for a late write
+TIMED_CALLS = "worker.timed_calls"  # the guards' name for the current workload's TimedCalls
 
 
 class CandidateFault(Exception):
@@ -166,8 +167,10 @@ class Worker:
                 self._answer_probe(frame)
                 continue
             workload = self.workloads[frame.meta["workload"]]
+            slots = None
             try:
-                self._evaluate(workload, int(frame.meta["rounds"]))
+                slots = self._output_slots(frame.meta.get("slots"))
+                self._evaluate(workload, int(frame.meta["rounds"]), slots)
             except Exception as exc:
                 fault = _fault_from(exc, self.device)
                 self.link.send(protocol.FAILURE, {"workload": workload.uuid,
@@ -176,17 +179,29 @@ class Worker:
                                                   "fatal": fault.fatal})
                 if fault.fatal:
                     return
+            if slots is not None:
+                slots.close()
             _release_memory(self.device)
 
+    def _output_slots(self, descriptions: Any) -> handover.OutputSlots | None:
+        """The driver's output slots of a workload (None: outputs travel in the frames)."""
+        if descriptions is None:
+            return None
+        return handover.OutputSlots.mapped(descriptions, len(self.problem.definition.outputs))
+
     def _answer_probe(self, frame: Frame) -> None:
-        """Open the driver's shared probe tensor and say what it holds (or why it failed)."""
+        """Open the driver's shared probe tensor, write its sum into the driver's probe slot and
+        say what it holds (or why it failed)."""
         try:
             values = handover.receive_values(frame.values, frame.meta.get("shared"), self.device)
-            self.link.send(protocol.PROBED, {"sum": int(values[0].sum())})
+            total = values[0].sum().reshape(1)
+            handover.OutputSlots.mapped(frame.meta.get("slots"), 1).fill([total])
+            self.link.send(protocol.PROBED, {"sum": int(total)})
         except Exception as exc:  # no IPC here: the driver sends bytes instead
             self.link.send(protocol.PROBED, {"error": f"{type(exc).__name__}: {exc}"[:500]})
 
-    def _evaluate(self, workload: Workload, rounds: int) -> None:
+    def _evaluate(self, workload: Workload, rounds: int,
+                  slots: handover.OutputSlots | None) -> None:
         if self.config.role == protocol.REFERENCE_COMPILE:
             torch._dynamo.reset()
             self.function = torch.compile(self.reference_module.run, dynamic=False)
@@ -194,7 +209,7 @@ class Worker:
         inputs = buffers = None
         for number in range(rounds):
             began = time.perf_counter()
-            inputs, buffers = self._checked_round(workload, number, inputs, buffers)
+            inputs, buffers = self._checked_round(workload, number, inputs, buffers, slots)
             if number == 0:
                 first_call_ms = (time.perf_counter() - began) * 1e3
             self._check_guards(f"in correctness round {number}")
@@ -204,14 +219,19 @@ class Worker:
             self._watch_for_late_writes()
             self.link.send(protocol.SKIPPED, {"workload": workload.uuid})
             return
-        calls = TimedCalls(self, workload)
+        calls = TimedCalls(self, workload, slots)
+        if self.guards is not None:
+            self.guards.pin(TIMED_CALLS, calls)  # its records are not swapped mid-loop
         timing = self._time(calls)
         self._check_guards("during the timed iterations")
+        if self.guards is not None:
+            self.guards.unpin(TIMED_CALLS)  # its inputs are freed with it
         self.link.send(protocol.TIMING, {"workload": workload.uuid, **_timing_meta(timing)})
         self.link.send(protocol.WORKLOAD_DONE, {"workload": workload.uuid})
 
     def _checked_round(self, workload: Workload, number: int, previous: list[Any] | None,
-                       buffers: OutputBuffers | None) -> tuple[list[Any], OutputBuffers | None]:
+                       buffers: OutputBuffers | None, slots: handover.OutputSlots | None
+                       ) -> tuple[list[Any], OutputBuffers | None]:
         """One correctness round. Its inputs, from the driver, are written into the previous
         round's tensors and the output buffers are re-poisoned in place: same addresses, new
         contents, so an answer cached by address is stale here (the timed calls, in contrast,
@@ -231,8 +251,9 @@ class Worker:
         synchronize(self.device)
         self.returned()
         outputs = self.collect(workload, result, buffers)
-        self.link.send(protocol.ROUND, {"workload": workload.uuid, "round": number}, outputs)
-        self.handed_over = (outputs, fingerprint(outputs))
+        self.hand_over(protocol.ROUND, {"workload": workload.uuid, "round": number}, outputs,
+                       slots)
+        self.handed_over = (outputs, frozen(outputs))
         _check_inputs_unchanged(inputs, pristine, list(self.problem.definition.inputs))
         return inputs, buffers
 
@@ -247,6 +268,11 @@ class Worker:
             return handover.receive_values(frame.values, shared, self.device)
         return [_fresh(v, self.device) for v in frame.values]
 
+    def hand_over(self, kind: str, meta: dict[str, Any], outputs: list[Any],
+                  slots: handover.OutputSlots | None) -> None:
+        """A call's outputs to the driver: into its slots (the frame says so), or in the frame."""
+        self.link.send(kind, meta, outputs if slots is None else slots.fill(outputs))
+
     def returned(self) -> None:
         """A call has just returned: the guards start watching for work after it."""
         if self.guards is not None:
@@ -260,11 +286,11 @@ class Worker:
         if self.guards is None or self.handed_over is None or self.watched_late_writes:
             return
         self.watched_late_writes = True
-        outputs, digest = self.handed_over
+        outputs, copies = self.handed_over
         deadline = time.monotonic() + LATE_WORK_S
         while time.monotonic() < deadline:
             time.sleep(0.05)
-            if fingerprint(outputs) != digest:
+            if not same_values(outputs, copies):
                 raise CandidateFault(Status.REWARD_HACK, "an output changed after the call "
                                      "returned: its work was left running on a background "
                                      "thread (or stream) past the return")
@@ -369,9 +395,11 @@ class TimedCalls:
     the driver.
     """
 
-    def __init__(self, worker: Worker, workload: Workload) -> None:
+    def __init__(self, worker: Worker, workload: Workload,
+                 slots: handover.OutputSlots | None) -> None:
         self.worker = worker
         self.workload = workload
+        self.slots = slots
         self.inputs: deque[list[Any]] = deque()  # the latest calls' inputs, kept alive
         self.buffers: dict[int, OutputBuffers | None] = {}
         self.results: dict[int, Any] = {}
@@ -394,8 +422,8 @@ class TimedCalls:
         worker = self.worker
         worker.returned()
         values = worker.collect(self.workload, self.results.pop(i), self.buffers.pop(i))
-        worker.link.send(protocol.CALL_OUTPUT, {"workload": self.workload.uuid,
-                                                "iteration": i}, values)
+        worker.hand_over(protocol.CALL_OUTPUT, {"workload": self.workload.uuid, "iteration": i},
+                         values, self.slots)
 
 
 def _compile_once(device: torch.device) -> None:
@@ -441,16 +469,21 @@ def _fresh(value: Any, device: torch.device) -> Any:
     return value.to(device, copy=True)
 
 
-def fingerprint(values: list[Any]) -> str:
-    """SHA-256 of the values' bytes as they are now."""
-    digest = hashlib.sha256()
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            host = value.detach().contiguous().cpu()
-            digest.update(host.reshape(-1).view(torch.uint8).numpy().tobytes())
-        else:
-            digest.update(repr(value).encode())
-    return digest.hexdigest()
+def frozen(values: list[Any]) -> list[Any]:
+    """Copies of the values as they are now (on their own device: no trip to the host)."""
+    return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def same_values(values: list[Any], copies: list[Any]) -> bool:
+    """Bit for bit (NaN equals NaN): has nothing written to the values since `frozen`?"""
+    for value, copy in zip(values, copies, strict=True):
+        if isinstance(copy, torch.Tensor):
+            if not torch.equal(value.detach().reshape(-1).view(torch.uint8),
+                               copy.reshape(-1).view(torch.uint8)):
+                return False
+        elif value != copy:
+            return False
+    return True
 
 
 def _nbytes(inputs: deque[list[Any]]) -> int:
