@@ -120,6 +120,7 @@ def map_shared(description: dict[str, Any]) -> torch.Tensor:
     """The worker's side: a tensor over the driver's shared memory (writes reach the driver)."""
     if description.get("kind") != KIND or description.get("dtype") not in TENSOR_DTYPES:
         raise ValueError(f"not a shared tensor: {description!r:.200}")
+    torch.cuda.init()  # mapping a handle in a process with no CUDA context crashes it
     storage = torch.UntypedStorage._new_shared_cuda(
         description["device"], _bytes(description["handle"]), description["size_bytes"],
         description["offset_bytes"], _bytes(description["counter_handle"]),

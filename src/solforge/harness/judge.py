@@ -27,7 +27,7 @@ import torch
 from solforge.data.dtypes import storage_shape
 from solforge.data.trace import Correctness, Status, parse_status
 from solforge.data.workload import Workload
-from solforge.harness import handover, protocol
+from solforge.harness import handover, phases, protocol
 from solforge.harness.compare import Comparison, compare_outputs, worst_of
 from solforge.harness.handover import SharedInputs
 from solforge.harness.oracle import ReferenceFailure, ReferenceOracle
@@ -215,6 +215,7 @@ class Judge:
                     failed = _timed_failure(verdict, i)
         if meta is None:
             meta = self._expect(protocol.TIMING).meta
+        _record_worker_seconds(meta.get("worker_seconds"))
         self._expect(protocol.WORKLOAD_DONE)
         if failed is not None:
             return WorkloadResult(uuid, failed.status, failed.message, failed.correctness)
@@ -299,6 +300,16 @@ def _clock_range(value: Any) -> tuple[float, float] | None:
     if isinstance(value, list) and len(value) == 2 and all(_is_number(v) for v in value):
         return float(value[0]), float(value[1])
     return None
+
+
+def _record_worker_seconds(reported: Any) -> None:
+    """The worker's own account of its timed loop, as phases `loop_<part>` (a diagnostic: it
+    moves time between phases of the table, never into a verdict)."""
+    if not isinstance(reported, dict):
+        return
+    for part, seconds in list(reported.items())[:8]:
+        if isinstance(part, str) and part.isidentifier() and _is_number(seconds):
+            phases.record(f"loop_{part}", min(max(float(seconds), 0.0), 3600.0))
 
 
 def _timed_failure(verdict: Comparison, iteration: int) -> Comparison:

@@ -226,7 +226,8 @@ class Worker:
         self._check_guards("during the timed iterations")
         if self.guards is not None:
             self.guards.unpin(TIMED_CALLS)  # its inputs are freed with it
-        self.link.send(protocol.TIMING, {"workload": workload.uuid, **_timing_meta(timing)})
+        self.link.send(protocol.TIMING, {"workload": workload.uuid, **_timing_meta(timing),
+                                         "worker_seconds": calls.breakdown()})
         self.link.send(protocol.WORKLOAD_DONE, {"workload": workload.uuid})
 
     def _checked_round(self, workload: Workload, number: int, previous: list[Any] | None,
@@ -348,6 +349,7 @@ class Worker:
 
     def _time(self, calls: TimedCalls) -> Timing:
         minimum = self.config.min_iterations
+        began = time.perf_counter()
         try:
             timing = time_iterations(calls.run, self.config.iterations, self.config.warmup,
                                      method=self.config.timing_method,
@@ -358,6 +360,7 @@ class Worker:
             raise CandidateFault(Status.REWARD_HACK, f"timing: {exc}") from None
         except TimingError as exc:
             raise CandidateFault(Status.RUNTIME_ERROR, f"timing failed: {exc}") from None
+        calls.seconds["loop"] = time.perf_counter() - began
         ran = self.config.warmup + len(timing.times_ms)
         if ran < self.config.warmup + self.config.iterations:
             # Stopped early: the driver handed over one more call's inputs with the last
@@ -404,26 +407,43 @@ class TimedCalls:
         self.buffers: dict[int, OutputBuffers | None] = {}
         self.results: dict[int, Any] = {}
         self.budget = worker.config.retain_bytes
+        # Where the loop's time went in this process (a diagnostic for the phase table; the
+        # driver trusts none of it): receiving inputs, checks, calls, handing outputs over.
+        self.seconds = dict.fromkeys(("receive", "checks", "calls", "hand_over", "loop"), 0.0)
 
     def before(self, i: int) -> None:
         worker = self.worker
+        began = time.perf_counter()
         inputs = worker.receive_inputs(self.workload, protocol.CALL_PHASE, i)
+        received = time.perf_counter()
         self.inputs.append(inputs)
         while len(self.inputs) > 2 and _nbytes(self.inputs) > self.budget:
             self.inputs.popleft()  # memory is short: addresses may repeat, contents never do
         self.buffers[i] = worker.allocate(self.workload)
         worker._check_guards(f"before timed call {i}", children=False)
+        self.seconds["receive"] += received - began
+        self.seconds["checks"] += time.perf_counter() - received
 
     def run(self, i: int) -> None:
+        began = time.perf_counter()
         self.results[i] = self.worker.call(self.inputs[-1], self.buffers[i])
+        self.seconds["calls"] += time.perf_counter() - began
 
     def after(self, i: int) -> None:
         """Call i has returned (its device work waited for): its outputs go to the driver."""
         worker = self.worker
+        began = time.perf_counter()
         worker.returned()
         values = worker.collect(self.workload, self.results.pop(i), self.buffers.pop(i))
         worker.hand_over(protocol.CALL_OUTPUT, {"workload": self.workload.uuid, "iteration": i},
                          values, self.slots)
+        self.seconds["hand_over"] += time.perf_counter() - began
+
+    def breakdown(self) -> dict[str, float]:
+        """Seconds per part of the loop; `timer` is the rest: flushes, synchronizations, the
+        profiler's sessions and its records."""
+        parts = {k: v for k, v in self.seconds.items() if k != "loop"}
+        return {**parts, "timer": max(0.0, self.seconds["loop"] - sum(parts.values()))}
 
 
 def _compile_once(device: torch.device) -> None:
