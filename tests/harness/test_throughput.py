@@ -59,6 +59,23 @@ def test_phases_are_exclusive_grouped_and_switched():
     assert "inner" in phases.format_table(merged, per=2)
 
 
+def test_a_worker_account_is_carved_out_of_the_phase_it_describes():
+    """The worker's loop parts move time out of `timing` (in a group too), never more than it
+    holds: the table still adds up to the wall time."""
+    with phases.collecting() as log:
+        log.add("timing", 1.0)
+        phases.carve("timing", "loop_calls", 0.25)
+        phases.carve("timing", "loop_receive", 5.0)  # more than is left: only what is left
+        with phases.phase("eager", group=True):
+            log.add("eager/timing", 0.5)
+            phases.carve("timing", "loop_calls", 0.5)
+    table = {t.name: t.seconds for t in log.totals()}
+    assert table["timing"] == 0.0 and table["loop_calls"] == 0.25
+    assert table["loop_receive"] == pytest.approx(0.75)
+    assert table["eager/timing"] == 0.0 and table["eager/loop_calls"] == 0.5
+    assert sum(v for k, v in table.items() if k != "eager") == pytest.approx(1.5)
+
+
 def test_phases_cost_nothing_without_a_log():
     with phases.phase("anything"):
         phases.switch("x")

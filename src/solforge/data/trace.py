@@ -84,7 +84,7 @@ class TimingReport:
     kernels_per_iteration: float | None = None
     first_call_ms: float | None = None  # the first call, JIT and lazy setup included
     verified_iterations: tuple[int, ...] = ()  # timed iterations whose outputs were re-checked
-    handover: str = ""  # how inputs and outputs crossed to the driver: cuda_ipc, or bytes (why)
+    handover: str = ""  # how inputs and outputs crossed: cuda_ipc, shared_memory or pipe (why)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ keyed by a secret drawn per run and covering a sequence number, so a frame writt
 but the harness (a forged "PASSED" line, a replayed or reordered frame, garbage on the file
 descriptor) fails authentication and is reported as tampering. Tensors travel as raw bytes
 described by dtype and shape; the reader computes every size itself and never unpickles
-anything the candidate's process wrote.
+anything the candidate's process wrote. With a shared area (area.py), a frame's tensors lie
+there instead of in the payload and the MAC covers their descriptions, not their bytes: the
+worker maps the area, so a MAC over them would prove nothing the driver does not check anyway.
 
 Limits of the defense: the key lives in the candidate's process, so code that digs through that
 process's memory could forge frames. Little the driver trusts comes only from the channel,
@@ -32,6 +34,7 @@ from typing import Any
 import torch
 
 from solforge.data.dtypes import DTYPES
+from solforge.harness.area import Area
 
 MAGIC = b"SFv1"
 _HEADER = struct.Struct("<4sIQ")  # magic, meta bytes, payload bytes
@@ -66,8 +69,13 @@ class Frame:
     values: list[Any] = field(default_factory=list)  # tensors (CPU) and Python scalars
 
 
-def encode_values(values: Sequence[Any]) -> tuple[list[dict[str, Any]], list[memoryview]]:
-    """Descriptions for the meta and raw byte views for the payload."""
+def encode_values(values: Sequence[Any], area: Area | None = None
+                  ) -> tuple[list[dict[str, Any]], list[memoryview]]:
+    """Descriptions for the meta and raw byte views for the payload; with `area`, the tensors
+    are written there (when they fit) and the payload is empty."""
+    placed = _place(values, area)
+    if placed is not None:
+        return placed, []
     descriptions: list[dict[str, Any]] = []
     chunks: list[memoryview] = []
     for value in values:
@@ -83,12 +91,37 @@ def encode_values(values: Sequence[Any]) -> tuple[list[dict[str, Any]], list[mem
     return descriptions, chunks
 
 
-def decode_values(descriptions: Any, payload: bytearray) -> list[Any]:
-    """Rebuild the values from trusted sizes; any mismatch is a forged frame."""
+def _place(values: Sequence[Any], area: Area | None) -> list[dict[str, Any]] | None:
+    """The descriptions of values whose tensors were written into `area`; None when there is
+    no area, no tensor, or the tensors do not fit."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if area is None or not tensors:
+        return None
+    offsets = area.layout([t.nelement() * t.element_size() for t in tensors])
+    if offsets is None:
+        return None
+    at = iter(offsets)
+    descriptions: list[dict[str, Any]] = []
+    for value in values:
+        if not isinstance(value, torch.Tensor):
+            descriptions.append({"kind": "scalar", "value": value})
+            continue
+        offset = next(at)
+        area.write(offset, value)
+        descriptions.append({"kind": "tensor", "dtype": str(value.dtype).removeprefix("torch."),
+                             "shape": list(value.shape), "at": offset})
+    return descriptions
+
+
+def decode_values(descriptions: Any, payload: bytearray, area: Area | None = None,
+                  max_area_bytes: int = 1 << 36) -> list[Any]:
+    """Rebuild the values from trusted sizes; any mismatch is a forged frame. Tensors that lie
+    in `area` come back as views of it (a reader that keeps them copies them)."""
     if not isinstance(descriptions, list):
         raise ChannelForged("values description is not a list")
     values: list[Any] = []
     offset = 0
+    in_area = 0
     for entry in descriptions:
         if not isinstance(entry, dict) or entry.get("kind") not in ("tensor", "scalar"):
             raise ChannelForged(f"malformed value description {entry!r:.200}")
@@ -100,6 +133,11 @@ def decode_values(descriptions: Any, payload: bytearray) -> list[Any]:
         dtype, shape = _tensor_layout(entry)
         count = _numel(shape)
         size = count * _itemsize(dtype)
+        if "at" in entry:
+            in_area += size
+            values.append(_from_area(entry["at"], size, dtype, shape, area,
+                                     in_area <= max_area_bytes))
+            continue
         if offset + size > len(payload):
             raise ChannelForged("payload shorter than its tensors")
         flat = torch.frombuffer(payload, dtype=torch.uint8, count=size, offset=offset)
@@ -109,6 +147,20 @@ def decode_values(descriptions: Any, payload: bytearray) -> list[Any]:
     if offset != len(payload):
         raise ChannelForged("payload longer than its tensors")
     return values
+
+
+def _from_area(at: Any, size: int, dtype: torch.dtype, shape: tuple[int, ...],
+               area: Area | None, allowed: bool) -> torch.Tensor:
+    if area is None or not isinstance(at, int) or isinstance(at, bool) or not allowed:
+        raise ChannelForged("a tensor placed in a shared area that is not there, or beyond "
+                            "any frame the harness writes")
+    if size == 0:
+        return torch.empty(shape, dtype=dtype)
+    try:
+        raw = area.view(at, size)
+    except ValueError as exc:
+        raise ChannelForged(str(exc)) from None
+    return raw.view(dtype).reshape(shape)
 
 
 def _tensor_layout(entry: dict[str, Any]) -> tuple[torch.dtype, tuple[int, ...]]:
@@ -132,14 +184,15 @@ def _itemsize(dtype: torch.dtype) -> int:
 
 
 class FrameWriter:
-    def __init__(self, fd: int, key: bytes) -> None:
+    def __init__(self, fd: int, key: bytes, area: Area | None = None) -> None:
         self.fd = fd
         self.key = key
+        self.area = area  # where this direction's tensors go (None: in the payload)
         self.sequence = 0
 
     def send(self, kind: str, meta: dict[str, Any] | None = None,
              values: Sequence[Any] = ()) -> None:
-        descriptions, chunks = encode_values(values)
+        descriptions, chunks = encode_values(values, self.area)
         body = json.dumps({"kind": kind, "meta": meta or {}, "values": descriptions}).encode()
         header = _HEADER.pack(MAGIC, len(body), sum(c.nbytes for c in chunks))
         mac = hmac.new(self.key, struct.pack("<Q", self.sequence) + header, hashlib.sha256)
@@ -163,10 +216,12 @@ class FrameWriter:
 class FrameReader:
     """Reads frames with a deadline; `poll` runs whenever no data is waiting and may raise."""
 
-    def __init__(self, fd: int, key: bytes, max_payload: int = 1 << 36) -> None:
+    def __init__(self, fd: int, key: bytes, max_payload: int = 1 << 36,
+                 area: Area | None = None) -> None:
         self.fd = fd
         self.key = key
-        self.max_payload = max_payload
+        self.max_payload = max_payload  # tensor bytes of a frame, in its payload or its area
+        self.area = area
         self.sequence = 0
         self._file = io.FileIO(fd, "rb", closefd=False)
 
@@ -196,7 +251,8 @@ class FrameReader:
         if not isinstance(message, dict) or not isinstance(message.get("kind"), str):
             raise ChannelForged("authenticated frame without a kind")
         meta = message.get("meta") if isinstance(message.get("meta"), dict) else {}
-        return Frame(message["kind"], meta, decode_values(message.get("values", []), payload))
+        return Frame(message["kind"], meta, decode_values(message.get("values", []), payload,
+                                                          self.area, self.max_payload))
 
     def _read_exact(self, count: int, deadline: float, poll: Callable[[], None],
                     allow_eof: bool = False) -> bytearray:

@@ -52,7 +52,7 @@ class WorkloadResult:
     first_call_ms: float | None = None
     verified: tuple[int, ...] = ()
     fatal: bool = False  # the worker cannot go on (it exits)
-    handover: str = ""  # handover.KIND, or "bytes" and why (TimingReport.handover)
+    handover: str = ""  # handover.KIND, or how the frames carried them and why (TimingReport)
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,11 @@ class Judge:
         self.shared: SharedInputs | None = None
         self.slots: list[torch.Tensor | None] | None = None  # this workload's output slots
         self.probed = oracle.device.type != "cuda"  # IPC is for device tensors only
-        self.handover = "bytes" if self.probed else ""  # set by the probe on a GPU
+        writer = getattr(session, "writer", None)
+        # Inputs and outputs in the frames: their tensors in the shared area (area.py) when
+        # the worker has one, else in the pipe.
+        self.frames = "shared_memory" if getattr(writer, "area", None) else "pipe"
+        self.handover = self.frames if self.probed else ""  # set by the probe on a GPU
 
     def judge(self, workload: Workload) -> WorkloadResult:
         """The verdict; raises WorkerLost when the worker stops answering."""
@@ -152,7 +156,7 @@ class Judge:
             slots[0].zero_()
             torch.cuda.synchronize(device)  # zeroed before the worker can write it
         except Exception as exc:  # no IPC in this driver
-            self.handover = f"bytes (CUDA IPC unavailable in the driver: {exc})"[:300]
+            self.handover = f"{self.frames} (CUDA IPC unavailable in the driver: {exc})"[:300]
             return
         self.session.send(protocol.PROBE, {"shared": descriptions, "slots": slot_descriptions},
                           values)
@@ -165,8 +169,8 @@ class Judge:
             self.shared = shared
             self.handover = handover.KIND
         else:
-            error = frame.meta.get("error") or f"the slot held {written}"
-            self.handover = f"bytes (CUDA IPC failed in the worker: {error})"[:300]
+            error = str(frame.meta.get("error") or f"the slot held {written}").splitlines()[0]
+            self.handover = f"{self.frames} (CUDA IPC failed in the worker: {error})"[:300]
         shared.release()
 
     def _hand_over(self, phase: str, index: int, seed: int) -> float:
@@ -227,9 +231,10 @@ class Judge:
                               tuple(sorted(chosen)), handover=self.handover)
 
     def _taken(self, frame) -> list[Any]:
-        """A frame's outputs, from this workload's slots where the driver has them."""
+        """A frame's outputs as private copies: from this workload's slots where the driver
+        has them, else from the frame (whose tensors may be views of the shared area)."""
         if self.slots is None:
-            return frame.values
+            return [v.clone() if isinstance(v, torch.Tensor) else v for v in frame.values]
         try:
             return handover.taken(frame.values, self.slots)
         except ValueError as exc:
@@ -303,13 +308,14 @@ def _clock_range(value: Any) -> tuple[float, float] | None:
 
 
 def _record_worker_seconds(reported: Any) -> None:
-    """The worker's own account of its timed loop, as phases `loop_<part>` (a diagnostic: it
-    moves time between phases of the table, never into a verdict)."""
+    """The worker's own account of its timed loop, carved out of `timing` as phases
+    `loop_<part>` (a diagnostic: it moves time between phases of the table, never into a
+    verdict)."""
     if not isinstance(reported, dict):
         return
     for part, seconds in list(reported.items())[:8]:
         if isinstance(part, str) and part.isidentifier() and _is_number(seconds):
-            phases.record(f"loop_{part}", min(max(float(seconds), 0.0), 3600.0))
+            phases.carve("timing", f"loop_{part}", float(seconds))
 
 
 def _timed_failure(verdict: Comparison, iteration: int) -> Comparison:

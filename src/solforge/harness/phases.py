@@ -20,6 +20,9 @@ The phases the harness records (seconds, wall clock, in the process that drives 
   (`compile/correctness` holds torch.compile's own compile, in the first round).
 - `baseline_lookup`: reading the baseline store; `sol`: T_SOL analysis of the workloads.
 - `worker_close`: killing and reaping a worker; `store_write`: saving traces.
+- `loop_receive`, `loop_checks`, `loop_calls`, `loop_hand_over`, `loop_timer`: the worker's own
+  account of its timed loops (receiving inputs, the guards, the calls, handing outputs over,
+  the timer's flushes, synchronizations and profiler), carved out of `timing`.
 """
 
 from __future__ import annotations
@@ -76,6 +79,17 @@ class PhaseLog:
         if self._stack:
             self._stack[-1][2] += seconds
 
+    def carve(self, parent: str, name: str, seconds: float) -> None:
+        """Move `seconds` of the time `parent` has recorded to `name` (another process's account
+        of a span this log timed as `parent`), never more than `parent` holds, so the table
+        still adds up to the wall time."""
+        outer = next((entry[0] for entry in reversed(self._stack) if entry[4]), None)
+        parent, name = (f"{outer}/{parent}", f"{outer}/{name}") if outer else (parent, name)
+        moved = min(max(seconds, 0.0), self._seconds.get(parent, 0.0))
+        if moved > 0:
+            self._seconds[parent] -= moved
+            self.add(name, moved)
+
     def add(self, name: str, seconds: float, count: int = 1) -> None:
         self._seconds[name] = self._seconds.get(name, 0.0) + max(0.0, seconds)
         self._counts[name] = self._counts.get(name, 0) + count
@@ -131,6 +145,13 @@ def record(name: str, seconds: float) -> None:
     log = _CURRENT.get()
     if log is not None:
         log.record(name, seconds)
+
+
+def carve(parent: str, name: str, seconds: float) -> None:
+    """Move time from phase `parent` to `name` in the current log (see `PhaseLog.carve`)."""
+    log = _CURRENT.get()
+    if log is not None:
+        log.carve(parent, name, seconds)
 
 
 def as_dict(totals: tuple[PhaseTotal, ...]) -> dict[str, dict[str, float | int]]:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from solforge.harness import area
 from solforge.harness.process import kill_group, python_command, start
 from solforge.harness.sandbox import Sandbox
 
@@ -39,13 +40,14 @@ PREWARM_ENV = "SOLFORGE_WORKER_PREWARM"  # "1": initialise CUDA and import Trito
 
 @dataclass(frozen=True)
 class Spawned:
-    """A started worker process and the driver's ends of its two pipes."""
+    """A started worker process, the driver's ends of its two pipes and its shared area."""
 
     process: subprocess.Popen
     result_fd: int  # the driver reads results here
     command_fd: int  # the driver writes commands here
     started: float  # time.monotonic() at spawn
     sandbox: Sandbox | None = None  # the sandbox it runs in, if any
+    area_fd: int | None = None  # the frames' shared memory (area.py)
 
     def cwd(self, default: Path) -> Path:
         """Where it works: its sandbox's private home, else `default`."""
@@ -61,9 +63,10 @@ class Spawned:
         self.kill()
         if self.sandbox is not None:
             self.sandbox.remove()
-        for fd in (self.result_fd, self.command_fd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        for fd in (self.result_fd, self.command_fd, self.area_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 def spawn(env: dict[str, str], make_sandbox: SandboxMaker | None = None) -> Spawned:
@@ -73,7 +76,8 @@ def spawn(env: dict[str, str], make_sandbox: SandboxMaker | None = None) -> Spaw
     in later); without, in the root folder, since nothing it does before PLACE needs one."""
     result_read, result_write = os.pipe()
     command_read, command_write = os.pipe()
-    passed = (result_write, command_read)
+    area_fd = area.create()
+    passed = (result_write, command_read, area_fd)
     sandbox = make_sandbox() if make_sandbox is not None else None
     spec = sandbox.spec(keep_fds=passed) if sandbox is not None else None
     argv = python_command("solforge.harness.prespawned", *map(str, passed), sandbox=spec)
@@ -83,7 +87,7 @@ def spawn(env: dict[str, str], make_sandbox: SandboxMaker | None = None) -> Spaw
     process = start(argv, env, cwd, pass_fds=passed)
     os.close(result_write)
     os.close(command_read)
-    return Spawned(process, result_read, command_write, time.monotonic(), sandbox)
+    return Spawned(process, result_read, command_write, time.monotonic(), sandbox, area_fd)
 
 
 def enabled() -> bool:

@@ -35,7 +35,7 @@ def _prewarm() -> None:
         time_iterations(lambda i: None, iterations=1, warmup=0, method="kernel")
 
 
-def main(result_fd: int, command_fd: int) -> None:
+def main(result_fd: int, command_fd: int, area_fd: int | None = None) -> None:
     from solforge.harness import worker
 
     with contextlib.suppress(Exception):  # the worker's own warm-up meets it again, and says
@@ -44,9 +44,9 @@ def main(result_fd: int, command_fd: int) -> None:
     if frame.kind != PLACE or not isinstance(frame.meta.get("cwd"), str):
         raise SystemExit(f"protocol: expected {PLACE!r} first, got {frame.kind!r}")
     os.chdir(frame.meta["cwd"])
-    worker.main(result_fd, command_fd)
+    worker.main(result_fd, command_fd, area_fd)
 
 
 if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if p not in ("", str(Path.cwd()))]
-    main(int(sys.argv[1]), int(sys.argv[2]))
+    main(*map(int, sys.argv[1:4]))

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from solforge.data.trace import Status
 from solforge.harness import protocol
+from solforge.harness.area import TO_DRIVER, TO_WORKER, Area
 from solforge.harness.channel import (
     ChannelClosed,
     ChannelForged,
@@ -69,11 +70,15 @@ class WorkerSession:
         self.sandbox = spawned.sandbox
         self.spawned = spawned
         self.process = spawned.process
-        self._fds = (spawned.result_fd, spawned.command_fd)
+        self._fds = tuple(fd for fd in (spawned.result_fd, spawned.command_fd, spawned.area_fd)
+                          if fd is not None)
         cwd = spawned.cwd(cwd)
         self.log = OutputLog(self.process.stdout)
-        self.reader = FrameReader(spawned.result_fd, key)
-        self.writer = FrameWriter(spawned.command_fd, key)
+        inbox = outbox = None
+        if spawned.area_fd is not None:  # the frames' tensors go through shared memory
+            inbox, outbox = Area(spawned.area_fd, TO_DRIVER), Area(spawned.area_fd, TO_WORKER)
+        self.reader = FrameReader(spawned.result_fd, key, area=inbox)
+        self.writer = FrameWriter(spawned.command_fd, key, outbox)
         keyed = replace(config, key_hex=key.hex())
         unkeyed = FrameWriter(spawned.command_fd, b"")
         self._guarded(unkeyed.send, PLACE, {"cwd": str(cwd)})
@@ -134,6 +139,7 @@ class WorkerSession:
         switch(None)
         self.spawned.kill()
         self.log.wait(1)
+        self.reader.area = self.writer.area = None  # unmapped once no value views it
         for fd in self._fds:
             with contextlib.suppress(OSError):
                 os.close(fd)

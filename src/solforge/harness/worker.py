@@ -41,6 +41,7 @@ from solforge.data.dtypes import storage_shape
 from solforge.data.trace import Status
 from solforge.data.workload import Workload
 from solforge.harness import handover, protocol
+from solforge.harness.area import TO_DRIVER, TO_WORKER, Area
 from solforge.harness.channel import Frame, FrameReader, FrameWriter
 from solforge.harness.guards import Guards, Violation
 from solforge.harness.protocol import WorkerConfig
@@ -571,11 +572,14 @@ def _format(exc: BaseException, chars: int = 4000) -> str:
     return text if len(text) <= chars else "..." + text[-chars:]
 
 
-def main(result_fd: int, command_fd: int) -> None:
+def main(result_fd: int, command_fd: int, area_fd: int | None = None) -> None:
     config_frame = FrameReader(command_fd, b"").receive(time.monotonic() + _FOREVER)
     config = WorkerConfig.from_dict(config_frame.meta)
     key = bytes.fromhex(config.key_hex)
-    link = Link(FrameWriter(result_fd, key), FrameReader(command_fd, key))
+    outbox = inbox = None
+    if area_fd is not None:  # the frames' tensors go through shared memory (area.py)
+        outbox, inbox = Area(area_fd, TO_DRIVER), Area(area_fd, TO_WORKER)
+    link = Link(FrameWriter(result_fd, key, outbox), FrameReader(command_fd, key, area=inbox))
     worker = Worker(config, link)
     try:
         worker.start()
@@ -592,4 +596,4 @@ if __name__ == "__main__":
     # so the code that runs must be the code they watch.
     from solforge.harness import worker as _watched
 
-    _watched.main(int(sys.argv[1]), int(sys.argv[2]))
+    _watched.main(*map(int, sys.argv[1:4]))
