@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -103,8 +104,32 @@ def test_throughput_script_measures_every_stage_and_resumes(tmp_path):
     assert record["phases_before"]["worker_wait"] > 0
     exported = json.loads((tmp_path / "cpu-baselines.json").read_text())
     assert exported["baselines"] and exported["format"] == "solforge-baselines/1"
+    assert record["optimizer"]["problems_left"] == []
     again = _run(THROUGHPUT_SCRIPT, *args)  # every stage is in the state folder
     assert again.stdout.count("done in an earlier call") == 3
+
+
+def test_throughput_keeps_each_problem_and_goes_on_from_the_next(tmp_path, monkeypatch):
+    """A problem searched in an earlier call is read back, not searched again, and the
+    optimizer stage stays open (and the record incomplete) while a problem is left."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("throughput_gpu", THROUGHPUT_SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, script)  # its dataclasses look it up there
+    spec.loader.exec_module(script)
+    call = script.Call(tmp_path, tmp_path / "state", "cpu", "cpu", 4, ("l1/a", "l1/b"), 0, 0,
+                       time.monotonic() + 600)
+    call.state.mkdir()
+    kept = {"problem": "l1/a", "candidates": 2, "wall_seconds": 10.0, "first_seconds": 6.0,
+            "gaps": [4.0], "unit_seconds": [5.0, 4.0], "statuses": {"PASSED": 4},
+            "phases": {"timing": {"seconds": 3.0, "count": 2}}}
+    script._problem_file(call, "forge.db", "l1/a").write_text(json.dumps(kept))
+    so_far = script._so_far(call)
+    assert so_far["candidates"] == 2 and so_far["problems_left"] == ["l1/b"]
+    assert so_far["seconds_per_candidate_median"] == 4.0
+    record = script.write_record(call, None, so_far, None)
+    assert not record["complete"] and record["candidates"] == 2
 
 
 EXAMPLES_SCRIPT = REPO / "benchmarks" / "examples_gpu.py"
