@@ -17,6 +17,8 @@
 #                        and judged (benchmarks/examples_gpu.py, resumable)
 #           libraries    the library baselines (cuDNN SDPA, cuBLASLt, FlashInfer) of the
 #                        problems that map to one (benchmarks/library_baselines_gpu.py)
+#           phases       one evaluation's phase table, cold then warm (benchmarks/eval_phases.py)
+#           ipc          CUDA IPC between uids (benchmarks/cuda_ipc_probe.py; run as root)
 #
 # HARNESS_PARTS (default: all) picks the parts of benchmarks/harness_gpu.py the harness stage runs.
 #
@@ -118,6 +120,16 @@ stage_libraries() {
         --deadline-s "$deadline" 2>&1 | tee -a "$out/libraries.log"
 }
 
+stage_phases() {
+    "$python" benchmarks/eval_phases.py l1/rmsnorm_llama3_1_8b \
+        src/solforge/solutions/l1/rmsnorm_llama3_1_8b/triton_rmsnorm.json --runs 2 \
+        -o "$out/phases.json" 2>&1 | tee "$out/phases.log"
+}
+
+stage_ipc() {
+    "$python" benchmarks/cuda_ipc_probe.py -o "$out/ipc-probe.jsonl" 2>&1 | tee "$out/ipc.log"
+}
+
 for stage in "${stages[@]}"; do
     case $stage in
         env) run_stage env environment.txt stage_env ;;
@@ -132,6 +144,8 @@ for stage in "${stages[@]}"; do
         floor) run_stage floor launch-floor.json stage_floor ;;
         examples) run_stage examples "" stage_examples ;;
         libraries) run_stage libraries "" stage_libraries ;;
+        phases) run_stage phases phases.json stage_phases ;;
+        ipc) run_stage ipc ipc-probe.jsonl stage_ipc ;;
         *) echo "unknown stage $stage" >&2; exit 2 ;;
     esac
 done
