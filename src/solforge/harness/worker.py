@@ -9,7 +9,8 @@ its first import, so the harness keeps nothing here that decides a verdict:
   random-number kernels, or anything watching this process, sees a call's inputs no earlier
   than the call itself;
 - outputs are handed to the driver the moment the call returns (copied into the driver's own
-  device memory on a GPU, through the result channel otherwise; handover.py), so a late write
+  device memory where CUDA IPC works, handover.py; else sent through the result channel, whose
+  tensors lie in shared memory, area.py), so a late write
   from a pool thread changes nothing the driver holds, and the driver alone picks, in secret,
   which timed outputs it compares;
 - times go to the driver raw; it recomputes every statistic and bounds each time by its own
@@ -223,10 +224,12 @@ class Worker:
         calls = TimedCalls(self, workload, slots)
         if self.guards is not None:
             self.guards.pin(TIMED_CALLS, calls)  # its records are not swapped mid-loop
-        timing = self._time(calls)
-        self._check_guards("during the timed iterations")
-        if self.guards is not None:
-            self.guards.unpin(TIMED_CALLS)  # its inputs are freed with it
+        try:
+            timing = self._time(calls)
+            self._check_guards("during the timed iterations")
+        finally:
+            if self.guards is not None:
+                self.guards.unpin(TIMED_CALLS)  # its inputs are freed with it
         self.link.send(protocol.TIMING, {"workload": workload.uuid, **_timing_meta(timing),
                                          "worker_seconds": calls.breakdown()})
         self.link.send(protocol.WORKLOAD_DONE, {"workload": workload.uuid})
