@@ -15,11 +15,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import REPO, write_problem
+from helpers import REPO, Computed, selected_keys, write_problem
 
 from solforge.data.solution import load_solution, solution_from_python
 from solforge.forge.capture import (
     CaptureJob,
+    CaptureOutcome,
     CompiledKernel,
     DescriptorError,
     Launch,
@@ -296,8 +297,10 @@ def kernel_job(source: str, name: str, problem: Problem, workload: str = "w0",
 
 
 @pytest.fixture(scope="module")
-def captured(tmp_path_factory):
-    """Every job of this file compiled in one child process: {name: kernels or error}."""
+def captured(request, tmp_path_factory):
+    """Every job of this file compiled in one child process: {name: kernels or error}. The
+    bundled solutions' jobs (most of the capture's time) are compiled only where their test is
+    selected, and every bundled job then (its test asks `in captured`)."""
     folder = tmp_path_factory.mktemp("problems")
     add = load_problem(write_problem(folder / "add", ADD_DEFINITION,
                                      [{"axes": {"n": 8192}}, {"axes": {"n": 8190}}]))
@@ -323,14 +326,21 @@ def captured(tmp_path_factory):
         "fixture_rmsnorm": CaptureJob(load_solution(FIXTURE_SOLUTION / "solution.json"),
                                       fixture, fixture.workloads[0]),
     }
-    jobs.update({f"bundled:{path.parent.name}": bundled_job(path) for path in BUNDLED_SOLUTIONS})
-    began = time.perf_counter()
-    outcomes = capture_solutions(list(jobs.values()))
-    seconds = time.perf_counter() - began
-    compiled = [k for o in outcomes if isinstance(o, tuple) for k in o]
-    print(f"\ncaptured {len(jobs)} jobs ({len(compiled)} launches) in {seconds:.1f} s; compile "
-          f"seconds: {', '.join(f'{k.name} {k.compile_seconds:.2f}' for k in compiled)}")
-    return dict(zip(jobs, outcomes))
+    bundled = {f"bundled:{path.parent.name}": path for path in BUNDLED_SOLUTIONS}
+
+    def capture(names: list[str]) -> list[CaptureOutcome]:
+        batch = [jobs[name] if name in jobs else bundled_job(bundled[name]) for name in names]
+        began = time.perf_counter()
+        outcomes = capture_solutions(batch)
+        seconds = time.perf_counter() - began
+        compiled = [k for o in outcomes if isinstance(o, tuple) for k in o]
+        print(f"\ncaptured {len(batch)} jobs ({len(compiled)} launches) in {seconds:.1f} s; "
+              "compile seconds: "
+              f"{', '.join(f'{k.name} {k.compile_seconds:.2f}' for k in compiled)}")
+        return outcomes
+
+    reads = {"test_fixture_and_bundled_solutions_are_described": list(bundled)}
+    return Computed(capture).fetch([*jobs, *selected_keys(request, reads=reads)])
 
 
 def kernels_of(captured, name: str) -> tuple[CompiledKernel, ...]:
@@ -418,6 +428,7 @@ def test_failures_are_reported_per_job(captured):
     assert not isinstance(captured["add_aligned"], DescriptorError)  # the others still ran
 
 
+@pytest.mark.slow  # compiles and disassembles every bundled Triton solution (most of the 20 s)
 def test_fixture_and_bundled_solutions_are_described(captured):
     names = ["fixture_rmsnorm", *(f"bundled:{p.parent.name}" for p in BUNDLED_SOLUTIONS)]
     for name in names:

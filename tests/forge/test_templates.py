@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers import FIXTURES as TEST_FIXTURES
+from helpers import Computed, selected_keys
 
 from solforge.data.solution import parse_solution
 from solforge.data.trace import Status
@@ -208,20 +209,26 @@ SCREEN_CHECKS = {
 
 
 @pytest.fixture(scope="module")
-def captured() -> dict[str, object]:
-    """Every case's launches compiled for sm_90 in one fresh process (forge.descriptors)."""
-    labels, jobs = [], []
+def captured(request) -> dict[str, object]:
+    """The launches of each case and screen check the selected tests read, compiled for sm_90
+    in one fresh process (forge.descriptors)."""
     cases = {name: (name, address, params) for name, (address, params) in CASES.items()}
     cases |= {label: check[:3] for label, check in SCREEN_CHECKS.items()}
-    for label, (name, address, params) in cases.items():
-        problem = open_problem(address)
-        if label in CASES and "BLOCK_M" in params:
-            params = {**params, **HOPPER_TILES}
-            assert template_named(name).invalid_reason(params, problem) is None
-        solution = parse_solution(template_named(name).render(params, problem))
-        labels.append(label)
-        jobs.append(CaptureJob(solution, problem, problem.smallest_workload()))
-    return dict(zip(labels, capture_solutions(jobs, target="sm_90", sass=True)))
+
+    def capture(labels: list[str]) -> list[object]:
+        jobs = []
+        for label in labels:
+            name, address, params = cases[label]
+            problem = open_problem(address)
+            if label in CASES and "BLOCK_M" in params:
+                params = {**params, **HOPPER_TILES}
+                assert template_named(name).invalid_reason(params, problem) is None
+            solution = parse_solution(template_named(name).render(params, problem))
+            jobs.append(CaptureJob(solution, problem, problem.smallest_workload()))
+        return capture_solutions(jobs, target="sm_90", sass=True)
+
+    return Computed(capture).fetch(selected_keys(request, "name") +
+                                   selected_keys(request, "label"))
 
 
 @pytest.mark.slow

@@ -12,13 +12,13 @@ import sys
 import threading
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from harness_corpus import HONEST, PROBLEMS, short_limits
+from helpers import Computed, selected_keys, side_by_side
 from typer.testing import CliRunner
 
 from solforge.cli import app
@@ -639,26 +639,25 @@ def _broken_problem(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory):
-    """Every end-to-end case, evaluated a few at a time (each is a worker process)."""
+def verdicts(request, tmp_path_factory):
+    """The end-to-end cases the selected tests read, evaluated a few at a time (each is a
+    worker process)."""
     cache = tmp_path_factory.mktemp("cache")
     broken = _broken_problem(tmp_path_factory.mktemp("problems") / "broken")
 
     def run_case(name: str) -> list[Trace]:
+        if name == "destination_passing":  # the second run finds T_b in the cache
+            solution = parse_solution(_solution(DPS_RMSNORM, dps=True))
+            problem = load_problem(SMALL)
+            return evaluate(problem, solution, _cpu_config(cache)) + evaluate(
+                problem, solution, _cpu_config(cache))
         problem = load_problem(broken if name == "broken_reference" else SMALL)
         return evaluate(problem, parse_solution(_solution(VERDICTS[name][0])),
                         _cpu_config(cache))
 
-    def run_twice() -> list[Trace]:  # the second run finds T_b in the cache
-        solution = parse_solution(_solution(DPS_RMSNORM, dps=True))
-        problem = load_problem(SMALL)
-        return evaluate(problem, solution, _cpu_config(cache)) + evaluate(
-            problem, solution, _cpu_config(cache))
-
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        cases = {name: pool.submit(run_case, name) for name in VERDICTS}
-        cases["destination_passing"] = pool.submit(run_twice)
-        return {name: future.result() for name, future in cases.items()}
+    reads = {"test_destination_passing_solution_passes_and_baseline_is_cached":
+             ["destination_passing"]}
+    return Computed(side_by_side(run_case)).fetch(selected_keys(request, "name", reads))
 
 
 @pytest.mark.slow

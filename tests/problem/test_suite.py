@@ -30,7 +30,11 @@ SLOW_ANALYSES = {"l2/decoder_layer_qwen3_30b_a3b_prefill", "l2/moe_block_deepsee
                  "quant/fp8_moe_gemm_block128_deepseek_v3_gate_up", "fib/top_p_sampling_qwen3_8b",
                  "fib/gqa_paged_decode_llama3_1_8b_ps16", "fib/gqa_paged_decode_qwen3_30b_a3b_ps64",
                  "fib/gqa_paged_decode_llama3_1_8b_ps1", "fib/gqa_paged_decode_llama3_1_70b_ps16",
-                 "fib/gqa_paged_decode_llama3_1_70b_ps64"}
+                 "fib/gqa_paged_decode_llama3_1_70b_ps64",
+                 # about two seconds or more in the quick subset (2026-12-01); a problem of the
+                 # same family stays in it
+                 "fib/gqa_ragged_prefill_qwen3_30b_a3b", "l2/mixer_block_mamba2_2_7b",
+                 "quant/nvfp4_gemm_llama3_1_70b_gate_up"}
 ANALYSES = [pytest.param(address, marks=pytest.mark.slow) if address in SLOW_ANALYSES
             else address for address in ADDRESSES]
 H200 = load_profile("H200")

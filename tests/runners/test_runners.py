@@ -178,7 +178,6 @@ def test_local_runner_runs_units_side_by_side_and_hands_each_back_when_done(tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_local_runner_compiles_ahead_and_a_compile_error_never_takes_a_slot(tmp_path):
     config = _config(tmp_path / "cache")
     broken = {**json.loads((HONEST / "cpp_rmsnorm" / "solution.json").read_text()),
@@ -196,6 +195,7 @@ def test_local_runner_compiles_ahead_and_a_compile_error_never_takes_a_slot(tmp_
     assert results["pytorch"].phases["worker_wait"]["count"] >= 1  # phases come back
 
 
+@pytest.mark.slow  # about 30 s with the local runner, a minute with Ray (a head node starts)
 @pytest.mark.parametrize("runner_kind", ["local", "ray"])
 def test_a_unit_whose_process_is_killed_is_retried_then_recorded_as_failed(
         runner_kind, tmp_path, request):
@@ -241,6 +241,7 @@ def test_an_installed_build_is_evaluated_without_compiling_again(cpp_build, tmp_
     assert [t.evaluation.status for t in execute(fresh).traces] == [Status.PASSED]
 
 
+@pytest.mark.slow
 def test_ray_builds_cpp_in_a_cpu_task_and_a_failed_build_never_reaches_evaluation(
         cpp_build, ray_address):
     cache, solution, _ = cpp_build
@@ -286,6 +287,7 @@ def test_bench_saves_every_trace_and_records_a_lost_unit_as_failed(tmp_path, sol
     assert (again.measured, again.skipped) == (0, 3)
 
 
+@pytest.mark.slow
 def test_cli_bench_on_a_ray_cluster(tmp_path, solutions, ray_address, monkeypatch):
     monkeypatch.setenv("SOLFORGE_CACHE", str(tmp_path / "cache"))
     (solutions / "kills_driver.json").unlink()
@@ -369,6 +371,7 @@ def test_optimize_judges_candidates_side_by_side_on_the_local_runner(tmp_path):
     assert len(stored) == 4 and all(c.status == "PASSED" for c in stored)
 
 
+@pytest.mark.slow
 def test_cli_optimize_on_a_ray_cluster(tmp_path, ray_address, monkeypatch):
     monkeypatch.setenv("SOLFORGE_CACHE", str(tmp_path / "cache"))
     db = f"sqlite:///{tmp_path / 'ray-forge.db'}"
