@@ -579,6 +579,25 @@ def test_slower_beyond_noise_allows_for_the_scatter_each_run_measured():
     assert BenchRow.from_json(noisy.to_json()) == noisy
 
 
+def test_losses_are_also_counted_where_a_tuned_kernel_ran_and_identical_kernels_give_scatter():
+    """Where the dispatcher ran torch.matmul (both columns the same kernel) a "loss" is the
+    benchmark's own scatter: reported as such, and left out of the tuned shapes' count."""
+    same_kernel = row(Shape(64, 64, 64), 1.04, 1.0)  # 4% apart, one kernel timed twice
+    same_kernel = BenchRow(same_kernel.shape, "torch.matmul", same_kernel.errors,
+                           same_kernel.times, ("in CUDA graphs: torch.matmul",))
+    tuned_loss = BenchRow(Shape(1, 4096, 4096, "bfloat16", "nt"), "triton:gemv", {},
+                          row(Shape(1, 4096, 4096), 1.1, 1.0).times,
+                          ("in CUDA graphs: torch.matmul",))  # eager tuned, graphs not
+    summary = summarize_bench([same_kernel, tuned_loss], Table())
+    goal = summary["goal"]
+    assert goal["slower_beyond_noise"]["offline"] == {"kernel": 2, "graph": 2}
+    assert goal["tuned_shapes_slower_beyond_noise"]["offline"] == {"kernel": 1, "graph": 0}
+    scatter = summary["identical_kernel_scatter"]["offline"]
+    assert scatter["kernel"]["shapes"] == 1 and scatter["graph"]["shapes"] == 2
+    assert scatter["kernel"]["median"] == pytest.approx(1 - 1.0 / 1.04)
+    assert "the benchmark's resolution" in markdown(summary, [same_kernel, tuned_loss])
+
+
 # -- on the GPU --------------------------------------------------------------------------------
 
 GPU_SHAPES = [(1, 4096, 4096), (100, 256, 1000), (1000, 1024, 520)]  # decode, ragged
