@@ -30,7 +30,7 @@ from solforge.errors import SolforgeError
 from solforge.harness.evaluate import EvalConfig
 from solforge.harness.session import Limits
 from solforge.runners import EvalTask, TaskResult, open_runner
-from solforge.runners.prebuilt import Prebuilt, build_unit, install
+from solforge.runners.prebuilt import Prebuilt, beside_library, build_unit, install
 from solforge.runners.unit import execute
 from solforge.store.schema import TraceRow
 
@@ -228,6 +228,26 @@ def cpp_build(tmp_path_factory) -> tuple[Path, dict, Prebuilt]:
     prebuilt = build_unit(EvalTask(SMALL, _config(cache), solution=solution))
     assert isinstance(prebuilt, Prebuilt), prebuilt
     return cache, solution, prebuilt
+
+
+def test_a_build_carries_the_shared_objects_its_library_loads(tmp_path):
+    """A TVM-FFI build's library is a loader module that opens build/<name>.so: both travel,
+    and the loader is written last (a build counts as done once its library is there)."""
+    folder = tmp_path / "built" / "tvm_solution-0123"
+    (folder / "build").mkdir(parents=True)
+    (folder / "build" / "tvm_solution.so").write_bytes(b"\x7fELF shared object")
+    loader = folder / "tvm_ffi_loader.py"
+    loader.write_text("load build/tvm_solution.so\n")
+    prebuilt = Prebuilt(folder.name, loader.name, loader.read_bytes(), 1.0,
+                        beside_library(folder, loader))
+    assert [path for path, _ in prebuilt.beside] == ["build/tvm_solution.so"]
+    target = install(prebuilt, _config(tmp_path / "gpu-node"))
+    assert target.read_text() == "load build/tvm_solution.so\n"
+    shared = target.parent / "build" / "tvm_solution.so"
+    assert shared.read_bytes() == b"\x7fELF shared object"
+    assert shared.stat().st_mtime_ns <= target.stat().st_mtime_ns
+    torch_extension = folder / "build" / "tvm_solution.so"  # a library that is the .so itself
+    assert beside_library(folder, torch_extension) == ()
 
 
 @pytest.mark.slow

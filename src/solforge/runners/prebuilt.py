@@ -4,10 +4,11 @@ and GPU workers).
 
 The harness builds a solution into `<cache>/builds/<name>-<hash of its sources>/` and skips the
 compile when that folder already holds the library (harness/build.py). So the compile task runs
-`build_solution` where it is, sends back the library's bytes, and the GPU worker writes them to
-the same place in its own cache before `evaluate`, which finds the build done: no GPU is held
-while a compiler runs. A compile that fails never reaches a GPU: its status and the compiler's
-message come back instead and become the unit's traces.
+`build_solution` where it is, sends back the bytes of the library and of every shared object
+built beside it (a TVM-FFI solution's library is a loader module that opens its `.so`), and the
+GPU worker writes them to the same place in its own cache before `evaluate`, which finds the
+build done: no GPU is held while a compiler runs. A compile that fails never reaches a GPU:
+its status and the compiler's message come back instead and become the unit's traces.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Prebuilt:
     library: str  # the extension's path inside that folder
     content: bytes
     seconds: float  # the compile (0 when the compile task found it built)
+    beside: tuple[tuple[str, bytes], ...] = ()  # other built files the library loads (path, bytes)
 
 
 @dataclass(frozen=True)
@@ -63,18 +65,33 @@ def build_unit(task: EvalTask) -> Prebuilt | BuildRefused:
     except BuildFailure as failure:
         return BuildRefused(failure.status, failure.message, time.perf_counter() - start)
     library = build.library.relative_to(build.folder).as_posix()
-    return Prebuilt(build.folder.name, library, build.library.read_bytes(), build.seconds)
+    return Prebuilt(build.folder.name, library, build.library.read_bytes(), build.seconds,
+                    beside_library(build.folder, build.library))
+
+
+def beside_library(folder: Path, library: Path) -> tuple[tuple[str, bytes], ...]:
+    """The shared objects built in `folder/build` other than the library itself."""
+    objects = sorted((folder / "build").glob("*.so")) if (folder / "build").is_dir() else []
+    return tuple((path.relative_to(folder).as_posix(), path.read_bytes())
+                 for path in objects if path != library)
 
 
 def install(prebuilt: Prebuilt, config: EvalConfig) -> Path:
-    """Put the library where `evaluate` looks for it; nothing to do where it was built."""
-    target = _builds(config) / prebuilt.folder / prebuilt.library
-    if target.is_file() and target.read_bytes() == prebuilt.content:
+    """Put the library (and what it loads) where `evaluate` looks for it; nothing to do where
+    it was built. The library goes last: a build counts as done once it is there."""
+    folder = _builds(config) / prebuilt.folder
+    for path, content in prebuilt.beside:
+        _write(folder / path, content)
+    return _write(folder / prebuilt.library, prebuilt.content)
+
+
+def _write(target: Path, content: bytes) -> Path:
+    if target.is_file() and target.read_bytes() == content:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".part")
-    partial.write_bytes(prebuilt.content)
-    partial.replace(target)  # another unit loading the library never sees half of it
+    partial.write_bytes(content)
+    partial.replace(target)  # another unit loading the file never sees half of it
     return target
 
 
