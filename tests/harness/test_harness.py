@@ -14,6 +14,7 @@ import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -542,6 +543,24 @@ def test_the_judge_compares_what_the_slots_hold_not_what_the_frame_says():
     taken = judge._taken(Frame(protocol.CALL_OUTPUT, {}, [sent]))[0]
     sent.zero_()
     assert torch.equal(taken, torch.ones(3))
+
+
+class _OnTheGpu:
+    device = torch.device("cuda")
+
+
+class _SandboxedSession(_RecordingSession):
+    sandbox = SimpleNamespace(uid=61234)  # a sandbox that switched to a private uid
+
+
+def test_no_cuda_ipc_probe_for_a_worker_under_the_sandboxs_private_uid():
+    """CUDA IPC never maps across uids: such a worker gets its tensors through the frames, and
+    the trace says why, without a probe."""
+    plan = Plan(SeedPlan(secret=1), rounds=1, warmup=1, iterations=2, verify=1)
+    private = Judge(_SandboxedSession(), _OnTheGpu(), plan, 10.0)
+    assert private.probed and "across the sandbox's uid" in private.handover
+    same_uid = Judge(_RecordingSession(), _OnTheGpu(), plan, 10.0)
+    assert not same_uid.probed and same_uid.handover == ""
 
 
 def test_failed_input_generation_is_an_invalid_reference_not_a_crash():

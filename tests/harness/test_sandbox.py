@@ -6,6 +6,7 @@ tests/exploits/sandbox_probes/attacks.py against this process, which plays the d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -209,18 +210,10 @@ def test_trace_records_the_protections(tmp_path):
 @pytest.mark.parametrize("number", [signal.SIGSEGV, signal.SIGKILL])
 def test_launcher_dies_as_its_worker_did(number, tmp_path):
     """The driver sees the worker's own death (a crash is a crash), through the launcher."""
-    script = tmp_path / "die.py"
-    script.write_text(f"import os\nos.kill(os.getpid(), {int(number)})\n"
-                      "import ctypes\nctypes.string_at(0)\n")  # process 1 ignores its own kill
-    os.chmod(tmp_path, 0o755)
-    sandbox = Sandbox(policy_for((str(tmp_path),)))
-    try:
-        spec = sandbox.spec()
-        process = start(python_command(str(script), sandbox=spec),
-                        sandbox.env(python_env(dict(os.environ))), Path(spec.cwd))
+    source = (f"import os\nos.kill(os.getpid(), {int(number)})\n"
+              "import ctypes\nctypes.string_at(0)\n")  # process 1 ignores its own kill
+    with _sandboxed_script(tmp_path, source) as (sandbox, process):
         process.communicate(timeout=60)
-    finally:
-        sandbox.remove()
     expected = {-int(number)} if not sandbox.policy.pid_namespace else {-int(number),
                                                                         -int(signal.SIGSEGV)}
     assert process.returncode in expected
@@ -231,21 +224,29 @@ def test_worker_killed_from_outside_reads_as_killed(tmp_path):
     with nothing printed."""
     from solforge.harness.sandbox.driver import children
 
-    script = tmp_path / "wait.py"
-    script.write_text("import time\nprint('ready', flush=True)\ntime.sleep(60)\n")
-    os.chmod(tmp_path, 0o755)
-    sandbox = Sandbox(policy_for((str(tmp_path),)))
-    try:
-        spec = sandbox.spec()
-        process = start(python_command(str(script), sandbox=spec),
-                        sandbox.env(python_env(dict(os.environ))), Path(spec.cwd))
+    source = "import time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    with _sandboxed_script(tmp_path, source) as (sandbox, process):
         assert process.stdout.readline().strip() == b"ready"
         worker = children(process.pid)[0] if sandbox.policy.pid_namespace else process.pid
         os.kill(worker, signal.SIGKILL)
         rest, _ = process.communicate(timeout=30)
+    assert process.returncode == -signal.SIGKILL and rest == b""
+
+
+@contextlib.contextmanager
+def _sandboxed_script(folder: Path, source: str):
+    """(sandbox, process): a Python script with `source` started in a fresh sandbox over
+    `folder`, the sandbox removed afterwards."""
+    script = folder / "script.py"
+    script.write_text(source)
+    os.chmod(folder, 0o755)
+    sandbox = Sandbox(policy_for((str(folder),)))
+    try:
+        spec = sandbox.spec()
+        yield sandbox, start(python_command(str(script), sandbox=spec),
+                             sandbox.env(python_env(dict(os.environ))), Path(spec.cwd))
     finally:
         sandbox.remove()
-    assert process.returncode == -signal.SIGKILL and rest == b""
 
 
 def test_program_in_the_build_sandbox_writes_only_its_output(tmp_path):

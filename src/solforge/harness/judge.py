@@ -96,6 +96,10 @@ class Judge:
         # the worker has one, else in the pipe.
         self.frames = "shared_memory" if getattr(writer, "area", None) else "pipe"
         self.handover = self.frames if self.probed else ""  # set by the probe on a GPU
+        if not self.probed and getattr(getattr(session, "sandbox", None), "uid", None) is not None:
+            # CUDA IPC maps only between processes of one uid (measured on the H200): no probe
+            self.probed = True
+            self.handover = f"{self.frames} (CUDA IPC does not map across the sandbox's uid)"
 
     def judge(self, workload: Workload) -> WorkloadResult:
         """The verdict; raises WorkerLost when the worker stops answering."""
