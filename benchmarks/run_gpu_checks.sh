@@ -80,22 +80,31 @@ stage_harness() {
 
 deadline=${DEADLINE_S:-540}
 
+import_baselines() {  # [--cache-dir DIR]: the committed H200 baselines, so a fresh machine starts warm
+    local file=benchmarks/results/h200-baselines.json
+    [ -f "$file" ] || return 0
+    "$python" -m solforge baselines import "$file" "$@" || echo "(baselines not imported)"
+}
+
 stage_throughput() {
     # Goes on from the committed state (the stages and problems measured in earlier sessions).
     local state="$out/throughput/h200-throughput-state"
     if [ ! -d "$state" ] && [ -d benchmarks/results/h200-throughput-state ]; then
         mkdir -p "$out/throughput" && cp -r benchmarks/results/h200-throughput-state "$state"
     fi
+    import_baselines --cache-dir "$state/cache"
     "$python" benchmarks/throughput_gpu.py "$out/throughput" --deadline-s "$deadline" \
         2>&1 | tee -a "$out/throughput.log"
 }
 
 stage_suite() {
+    import_baselines
     "$python" benchmarks/suite_gpu.py "$out/suite" all --deadline-s "$deadline" \
         2>&1 | tee -a "$out/suite.log"
 }
 
 stage_forge() {
+    import_baselines
     "$python" benchmarks/forge_gpu.py "$out/forge" --deadline-s "$deadline" \
         2>&1 | tee -a "$out/forge.log"
 }

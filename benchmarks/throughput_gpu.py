@@ -15,7 +15,8 @@ and a later call skips the stages already there:
    costs in a queue that keeps the GPU busy); the first result of each problem also times its
    baselines and is reported apart. The phases of every unit are summed into the table. Each
    problem's search is kept in the state folder the moment it ends (a call cut short loses
-   only the problem in flight), and the record is rewritten after each one.
+   only the problem in flight), and the record is rewritten after each one. A later call
+   with more `--problems` searches the new ones and sums all of them.
 3. `suite`: `solforge bench` (eager and torch.compile baselines, shipped solutions) on
    `--suite-sample` problems spread over the suite: cold (empty baseline store), then warm (a
    new results store, the baseline store kept). The suite's minutes are EXTRAPOLATED from the
@@ -258,9 +259,10 @@ def run(call: Call) -> dict[str, Any]:
     def partial() -> None:  # a record after each problem: a call cut short keeps its work
         write_record(call, old, _so_far(call), None)
 
-    now = stage(call, "optimizer", lambda: search(call, list(call.problems), call.candidates,
-                                                   "forge.db", partial),
-                lambda result: not result["problems_left"])
+    # Not a kept stage: each problem's search is kept as it ends, so a later call with more
+    # `--problems` searches only the new ones and sums them with the earlier ones.
+    log(f"optimizer: {call.left():.0f} s left")
+    now = search(call, list(call.problems), call.candidates, "forge.db", partial)
     sampled = stage(call, "suite", lambda: suite(call)) if call.suite_sample else None
     return write_record(call, old, now, sampled)
 

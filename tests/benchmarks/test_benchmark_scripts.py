@@ -105,8 +105,10 @@ def test_throughput_script_measures_every_stage_and_resumes(tmp_path):
     exported = json.loads((tmp_path / "cpu-baselines.json").read_text())
     assert exported["baselines"] and exported["format"] == "solforge-baselines/1"
     assert record["optimizer"]["problems_left"] == []
-    again = _run(THROUGHPUT_SCRIPT, *args)  # every stage is in the state folder
-    assert again.stdout.count("done in an earlier call") == 3
+    again = _run(THROUGHPUT_SCRIPT, *args)  # every stage and problem is in the state folder
+    assert again.stdout.count("done in an earlier call") == 2  # before, suite
+    assert f"{PROBLEM}: searched in an earlier call" in again.stdout
+    assert json.loads((tmp_path / "cpu-throughput.json").read_text())["candidates"] == 2
 
 
 def test_throughput_keeps_each_problem_and_goes_on_from_the_next(tmp_path, monkeypatch):

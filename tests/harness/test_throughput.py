@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import pickle
 import random
 import time
 
@@ -20,8 +21,8 @@ from solforge.data.trace import Status
 from solforge.errors import SolforgeError
 from solforge.harness import phases
 from solforge.harness.baseline import BaselineCache, export_baselines, import_baselines
-from solforge.harness.evaluate import EvalConfig, evaluate
-from solforge.harness.pool import WorkerPool
+from solforge.harness.evaluate import EvalConfig, EvaluationRun, evaluate
+from solforge.harness.pool import WorkerPool, shared_pool
 from solforge.harness.supervisor import worker_env
 from solforge.measure.timing import (
     StopRule,
@@ -30,6 +31,8 @@ from solforge.measure.timing import (
     time_iterations,
 )
 from solforge.problem import load_problem
+from solforge.runners.base import EvalTask
+from solforge.runners.unit import prepare_like
 
 SMALL = PROBLEMS / "rmsnorm_small"
 KEY = bytes(range(32))
@@ -171,6 +174,29 @@ def test_pool_hands_out_a_prepared_worker_once(monkeypatch):
     assert pool.waiting() == 0
     monkeypatch.setenv("SOLFORGE_BASELINE_KEY", "/somewhere/key")
     assert "SOLFORGE_BASELINE_KEY" not in worker_env("cpu")  # the key stays the driver's
+
+
+def test_a_spare_prepares_the_worker_its_next_unit_takes(tmp_path, monkeypatch):
+    """A spare unit process prepares its worker like the unit just started on its slot, keyed
+    by the same environment and sandbox policy as the one `evaluate` takes: the next candidate
+    of that problem starts on it. (Keyed without the policy, as before, it was never taken and
+    every candidate waited for a fresh worker.)"""
+    monkeypatch.delenv("SOLFORGE_WORKER_POOL", raising=False)
+    config = EvalConfig(device="cpu", baseline="eager", limits=short_limits(),
+                        cache_dir=tmp_path / "cache")
+    like = tmp_path / "1.task"
+    like.write_bytes(pickle.dumps(EvalTask(str(SMALL), config, baseline="eager")))
+    pool = shared_pool()
+    before = pool.waiting()
+    assert prepare_like(like)
+    assert pool.waiting() == before + 1
+    supervisor = EvaluationRun(load_problem(SMALL), config).supervisor
+    taken = pool.take(supervisor._env(), None, supervisor.sandbox_policy())
+    try:
+        assert pool.waiting() == before  # the prepared one, not a fresh process
+    finally:
+        taken.discard()
+    assert not prepare_like(tmp_path / "gone.task")  # the unit ended first: nothing prepared
 
 
 @pytest.mark.slow

@@ -14,7 +14,9 @@ ready go first, so a GPU never waits on a compiler.
 
 Each slot keeps one spare unit process started ahead (`unit.py --wait`): while a unit runs, the
 next one's interpreter imports torch, initialises CUDA and pre-spawns its harness worker on the
-CPU, so the slot's next unit starts at once. A spare serves one unit, like a fresh process
+CPU, so the slot's next unit starts at once. The worker is prepared for the problem and
+configuration of the unit just started on that slot (the pool hands a worker only to a run of
+the same sandbox policy). A spare serves one unit, like a fresh process
 (`SOLFORGE_WORKER_POOL=0` turns spares off).
 """
 
@@ -186,9 +188,11 @@ class LocalRunner(TaskRunner):
         if spares_enabled():
             spare_number = self._next_number()
             spare_log = self._files(spare_number)[2]
-            self._spares[slot] = Spare(self._spawn(slot, ["--wait", self._device_type],
-                                                   spare_log, stdin=subprocess.PIPE),
-                                       spare_number, spare_log)
+            # Its worker is prepared like this unit's (task_file): the slot's next unit is
+            # most often another candidate of the same problem.
+            spare = self._spawn(slot, ["--wait", self._device_type, str(task_file)], spare_log,
+                                stdin=subprocess.PIPE)
+            self._spares[slot] = Spare(spare, spare_number, spare_log)
 
     def _next_number(self) -> int:
         self._started += 1

@@ -10,9 +10,12 @@ reads a pickled EvalTask and writes a pickled Outcome (the two files are the run
 folder only it can read). SIGTERM ends it through SystemExit, so the harness's cleanup kills
 the candidate's process group on the way out.
 
-`python -m solforge.runners.unit --wait DEVICE` is a spare started ahead of need: it imports
-everything, initialises CUDA and pre-spawns the harness worker of its first role, then reads
-its one task from stdin; it serves that unit alone and exits, like a fresh process.
+`python -m solforge.runners.unit --wait DEVICE [LIKE]` is a spare started ahead of need: it
+imports everything, initialises CUDA and pre-spawns the harness worker of its first role, then
+reads its one task from stdin; it serves that unit alone and exits, like a fresh process. The
+harness takes a waiting worker only for the same environment and sandbox policy, and the policy
+depends on the problem, so the spare prepares the worker of LIKE (a task file: the unit just
+started on its slot, the likeliest shape of the next one); without LIKE it prepares none.
 """
 
 from __future__ import annotations
@@ -63,24 +66,39 @@ def startup_seconds() -> float:
         return 0.0
 
 
-def wait_for_task(device_type: str) -> tuple[Path, Path, float] | None:
-    """A spare unit process (`--wait DEVICE`): initialise CUDA and start a harness worker now,
-    then wait for the runner's line `TASK<TAB>RESULT<TAB>ASSIGNED_AT` on stdin (None at EOF:
-    the runner no longer needs this process). Returns the files and the seconds between the
-    assignment and now (what is left of this process's start when the task came early)."""
+def wait_for_task(device_type: str, like: Path | None = None) -> tuple[Path, Path, float] | None:
+    """A spare unit process (`--wait DEVICE [LIKE]`): initialise CUDA and start the harness
+    worker a unit like `like` would take, then wait for the runner's line
+    `TASK<TAB>RESULT<TAB>ASSIGNED_AT` on stdin (None at EOF: the runner no longer needs this
+    process). Returns the files and the seconds between the assignment and now (what is left
+    of this process's start when the task came early)."""
     import torch
-
-    from solforge.harness.pool import shared_pool
-    from solforge.harness.supervisor import worker_env
 
     if device_type == "cuda" and torch.cuda.is_available():
         torch.cuda.init()
-    shared_pool().prepare(worker_env(device_type))
+    if like is not None:
+        prepare_like(like)
     line = sys.stdin.readline().rstrip("\n")
     if not line:
         return None
     task, result, assigned_at = line.split("\t")
     return Path(task), Path(result), max(0.0, time.time() - float(assigned_at))
+
+
+def prepare_like(task_file: Path) -> bool:
+    """Start the harness worker that a unit of the same problem and configuration as the task
+    in `task_file` takes first (keyed like the one `evaluate` takes, see harness/pool.py).
+    False, with the reason on stderr, when that task cannot be read: the next unit then starts
+    its worker itself, as without a spare."""
+    from solforge.harness.evaluate import EvaluationRun
+
+    try:
+        task = pickle.loads(task_file.read_bytes())
+        EvaluationRun(open_problem(task.problem), task.config).prepare_workers(1)
+    except (OSError, pickle.UnpicklingError, RuntimeError, ValueError, SolforgeError) as exc:
+        print(f"spare: no worker prepared ahead ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return False
+    return True
 
 
 def main(task_file: Path, result_file: Path, started_s: float | None = None) -> None:
@@ -99,7 +117,7 @@ def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "--wait":
         signal.signal(signal.SIGTERM, _exit_on_signal)
-        assigned = wait_for_task(sys.argv[2])
+        assigned = wait_for_task(sys.argv[2], Path(sys.argv[3]) if len(sys.argv) > 3 else None)
         if assigned is not None:
             main(*assigned)
     else:
