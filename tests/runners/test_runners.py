@@ -29,7 +29,7 @@ from solforge.data.trace import Status
 from solforge.errors import SolforgeError
 from solforge.harness.evaluate import EvalConfig
 from solforge.harness.session import Limits
-from solforge.runners import EvalTask, TaskResult, open_runner
+from solforge.runners import EvalTask, TaskResult, local, open_runner
 from solforge.runners.prebuilt import Prebuilt, beside_library, build_unit, install
 from solforge.runners.unit import execute
 from solforge.store.schema import TraceRow
@@ -175,6 +175,30 @@ def test_local_runner_runs_units_side_by_side_and_hands_each_back_when_done(tmp_
     assert {results[key].slot for key in results} == {"cpu:0", "cpu:1"}
     missing = results["missing"]
     assert missing.traces == () and "neither a problem folder" in missing.error
+
+
+@pytest.mark.slow
+def test_local_runner_keeps_spares_ahead_that_serve_the_next_units(tmp_path, monkeypatch):
+    """Two spares per slot (the GPU's count): both start with the first unit, the next units
+    run in them, and closing the runner ends every spare and the worker it had waiting."""
+    monkeypatch.setitem(local.SPARES_AHEAD, "cpu", 2)
+    monkeypatch.delenv("SOLFORGE_WORKER_POOL", raising=False)
+    config = _config(tmp_path / "cache")
+    solution = _solution(HONEST / "pytorch_rmsnorm" / "solution.py")
+    with open_runner("local", "cpu", workers=1) as runner:
+        runner.submit(EvalTask(SMALL, config, solution=solution, key="first"))
+        ahead = [spare.process for spare in runner._spares[0]]
+        assert len(ahead) == 2 and all(p.poll() is None for p in ahead)
+        results = [runner.next_result()]
+        for key in ("second", "third"):
+            runner.submit(EvalTask(SMALL, config, solution=solution, key=key))
+        served = {unit.process for unit in runner._units.values()}
+        assert served == {ahead[0]}  # the oldest spare took the second unit
+        results += list(runner.results())
+        left = [spare.process for spare in runner._spares[0]]
+    assert [r.task.key for r in results] == ["first", "second", "third"]
+    assert all(_statuses(r) == ["PASSED"] for r in results), results
+    assert all(p.poll() is not None for p in ahead + left)
 
 
 @pytest.mark.slow

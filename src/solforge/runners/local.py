@@ -12,12 +12,12 @@ only once its build is in the harness cache, where its unit finds it done, and a
 does not compile comes back as its failure traces without ever taking a slot. Units that are
 ready go first, so a GPU never waits on a compiler.
 
-Each slot keeps one spare unit process started ahead (`unit.py --wait`): while a unit runs, the
-next one's interpreter imports torch, initialises CUDA and pre-spawns its harness worker on the
-CPU, so the slot's next unit starts at once. The worker is prepared for the problem and
-configuration of the unit just started on that slot (the pool hands a worker only to a run of
-the same sandbox policy). A spare serves one unit, like a fresh process
-(`SOLFORGE_WORKER_POOL=0` turns spares off).
+Each slot keeps spare unit processes started ahead (`unit.py --wait`; two on a GPU, one on the
+CPU: SPARES_AHEAD): while a unit runs, the next ones' interpreters import torch, initialise CUDA
+and pre-spawn their harness workers on the CPU, so the slot's next unit starts at once. The
+worker is prepared for the problem and configuration of the unit just started on that slot (the
+pool hands a worker only to a run of the same sandbox policy). A spare serves one unit, like a
+fresh process (`SOLFORGE_WORKER_POOL=0` turns spares off).
 """
 
 from __future__ import annotations
@@ -56,6 +56,11 @@ from solforge.runners.unit import SPAWNED_AT_ENV
 
 BUILT = -1  # on the queue of ended units: a compile ahead finished, a unit may be ready
 COMPILE_WORKERS = max(1, min(8, (os.cpu_count() or 2) // 2))  # builds ahead at once
+# Spare unit processes kept ahead per slot. A spare is ready about 10 s after it starts (its own
+# interpreter, then its harness worker's) while a GPU unit of a template candidate lasts about
+# 8 s (H200, 2026-12-01): with one spare every other unit waited for it. Two on a GPU; one per
+# core on the CPU, whose units are slower and whose cores the spares would take.
+SPARES_AHEAD = {"cuda": 2, "cpu": 1}
 STOP_GRACE_S = 5.0  # after SIGTERM, a unit has this long to end its candidate's processes
 LOG_TAIL_CHARS = 2000
 
@@ -139,7 +144,7 @@ class LocalRunner(TaskRunner):
         self._folder = Path(tempfile.mkdtemp(prefix="solforge-units-"))  # mode 0700
         self._ended: queue.Queue[int] = queue.Queue()
         self._units: dict[int, RunningUnit] = {}
-        self._spares: dict[int, Spare] = {}  # slot -> its spare
+        self._spares: dict[int, list[Spare]] = {}  # slot -> its spares, oldest first
         self._started = 0
         self._device_type = requested.type
         self._compiler = ThreadPoolExecutor(COMPILE_WORKERS, "compile-ahead")
@@ -170,7 +175,8 @@ class LocalRunner(TaskRunner):
             self._ended.put(number)
             return
         slot = self._free.pop(0)
-        spare = self._spares.pop(slot, None)
+        spares = self._spares.setdefault(slot, [])
+        spare = spares.pop(0) if spares else None
         number = spare.number if spare else self._next_number()
         task_file, result_file, log_file = self._files(number)
         task_file.write_bytes(pickle.dumps(attempt.task))
@@ -185,14 +191,17 @@ class LocalRunner(TaskRunner):
         self._units[number] = RunningUnit(attempt, slot, process, task_file, result_file,
                                           log_file, started)
         threading.Thread(target=self._watch, args=(number, process), daemon=True).start()
-        if spares_enabled():
-            spare_number = self._next_number()
-            spare_log = self._files(spare_number)[2]
-            # Its worker is prepared like this unit's (task_file): the slot's next unit is
-            # most often another candidate of the same problem.
-            spare = self._spawn(slot, ["--wait", self._device_type, str(task_file)], spare_log,
-                                stdin=subprocess.PIPE)
-            self._spares[slot] = Spare(spare, spare_number, spare_log)
+        while spares_enabled() and len(spares) < SPARES_AHEAD[self._device_type]:
+            spares.append(self._spare(slot, task_file))
+
+    def _spare(self, slot: int, like: Path) -> Spare:
+        """A unit process for `slot` started ahead; its worker is prepared like the unit of
+        task file `like` (the slot's next units are most often candidates of its problem)."""
+        number = self._next_number()
+        log_file = self._files(number)[2]
+        process = self._spawn(slot, ["--wait", self._device_type, str(like)], log_file,
+                              stdin=subprocess.PIPE)
+        return Spare(process, number, log_file)
 
     def _next_number(self) -> int:
         self._started += 1
@@ -244,7 +253,7 @@ class LocalRunner(TaskRunner):
         whatever is left after the grace period."""
         self._compiler.shutdown(wait=False, cancel_futures=True)
         processes = [unit.process for unit in self._units.values()]
-        processes += [spare.process for spare in self._spares.values()]
+        processes += [spare.process for spares in self._spares.values() for spare in spares]
         for process in processes:
             with contextlib.suppress(ProcessLookupError):
                 process.terminate()  # a spare's exit kills the worker it had waiting
