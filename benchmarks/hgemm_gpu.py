@@ -413,7 +413,8 @@ def main() -> None:
     parser.add_argument("--stage", choices=("pass", "report", "check", "plan"), default="pass")
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=BENCH.rounds,
-                        help="timed calls per method in the tuner's final and in the benchmark")
+                        help="timed calls per method in the tuner's final and in the benchmark "
+                             "(the benchmark times shapes under 2^33 FLOPs at least 32 times)")
     parser.add_argument("--modes", default="offline,server", help="benchmark modes")
     parser.add_argument("--tune-share", type=float, default=0.75,
                         help="share of the pass for tuning (most headroom first); the rest "

@@ -21,7 +21,15 @@ import torch
 
 from solforge.hgemm import dispatch, kernels
 from solforge.hgemm.baselines import NVMATH_MISSING, Baseline, make_baselines, release
-from solforge.hgemm.bench import BenchRow, BenchSettings, load_rows, markdown, speedups
+from solforge.hgemm.bench import (
+    BenchRow,
+    BenchSettings,
+    estimate_seconds,
+    load_rows,
+    markdown,
+    rounds_for,
+    speedups,
+)
 from solforge.hgemm.bench import summarize as summarize_bench
 from solforge.hgemm.budget import run_budgeted
 from solforge.hgemm.kernels import wgmma
@@ -579,6 +587,17 @@ def test_slower_beyond_noise_allows_for_the_scatter_each_run_measured():
     assert BenchRow.from_json(noisy.to_json()) == noisy
 
 
+def test_small_shapes_are_timed_with_more_rounds():
+    """Microsecond kernels get `small_rounds` (their medians scatter most, their calls are
+    cheap); large ones keep `rounds`, and the time estimate counts the same calls."""
+    settings = BenchSettings(rounds=8, small_rounds=32)
+    small, large = Shape(1, 4096, 4096, "bfloat16", "nt"), Shape(8192, 8192, 8192)
+    assert rounds_for(small, settings) == 32 and rounds_for(large, settings) == 8
+    assert rounds_for(small, BenchSettings(rounds=64, small_rounds=32)) == 64  # never fewer
+    fewer = estimate_seconds(small, BenchSettings(rounds=8, small_rounds=0))
+    assert estimate_seconds(small, settings) > fewer
+
+
 def test_losses_are_also_counted_where_a_tuned_kernel_ran_and_identical_kernels_give_scatter():
     """Where the dispatcher ran torch.matmul (both columns the same kernel) a "loss" is the
     benchmark's own scatter: reported as such, and left out of the tuned shapes' count."""
@@ -704,7 +723,8 @@ def load_script():
     return script
 
 
-FAST_BENCH = BenchSettings(rounds=2, modes=("offline", "server"), server_gap_ms=0.0)
+FAST_BENCH = BenchSettings(rounds=2, modes=("offline", "server"), server_gap_ms=0.0,
+                           small_rounds=0)
 
 
 @pytest.mark.slow
