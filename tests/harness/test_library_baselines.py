@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -9,16 +10,23 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness_corpus import HONEST, PROBLEMS, short_limits
 
+from solforge.data.solution import Solution, SourceFile, load_solution
+from solforge.data.trace import BaselineReport, Status
+from solforge.harness.evaluate import EvalConfig, EvaluationRun, evaluate
 from solforge.harness.library_baselines import (
     ENTRY,
+    LibraryBaseline,
     library_baseline,
     score_against_library,
 )
-from solforge.problem import make_inputs
+from solforge.harness.sol import SpeedOfLight
+from solforge.problem import load_problem, make_inputs
 from solforge.problem.suite import open_problem
 
 REPO = Path(__file__).resolve().parents[2]
+EVALUATE = importlib.import_module("solforge.harness.evaluate")  # the package exports a function
 
 
 @pytest.mark.parametrize(("address", "name"), [
@@ -91,3 +99,67 @@ def test_library_script_cpu_mode_records_why_a_library_cannot_run(tmp_path):
         assert "nvmath-python" in result["message"]
     else:
         assert result["status"] in ("PASSED", "RUNTIME_ERROR")
+
+
+def _library(problem, name: str, body: str) -> LibraryBaseline:
+    """A stand-in library for the CPU: the reference itself, or whatever `body` does."""
+    names = ", ".join(problem.definition.inputs)
+    source = (f"{problem.definition.reference.rstrip()}\n\n\n"
+              f"def {ENTRY}({names}):\n    {body.format(names=names)}\n")
+    solution = Solution(name=f"library-{name}", definition=problem.name, author="library",
+                        languages=("pytorch",), entry_file="kernel.py", entry_function=ENTRY,
+                        destination_passing_style=False,
+                        sources=(SourceFile("kernel.py", source),))
+    return LibraryBaseline(name, "torch", solution)
+
+
+@pytest.mark.slow
+def test_eval_times_the_library_beside_the_baselines_and_caches_it(tmp_path, monkeypatch):
+    """`eval --library`: the library's time sits beside T_b in each trace (T_b and S are
+    unchanged), a second evaluation finds it in the baseline store, and a library that fails
+    or does not fit leaves a note while the candidate still PASSES."""
+    problem = load_problem(PROBLEMS / "rmsnorm_small")
+    candidate = load_solution(HONEST / "pytorch_rmsnorm" / "solution.py", problem.name)
+    config = EvalConfig(device="cpu", baseline="eager", smallest=1, limits=short_limits(),
+                        cache_dir=tmp_path / "cache", library=True)
+    timed = []
+    original = EvaluationRun.time_library
+
+    def counted(run, found, kind, workloads, report):
+        timed.append(found.name)
+        return original(run, found, kind, workloads, report)
+
+    monkeypatch.setattr(EvaluationRun, "time_library", counted)
+    fits = _library(problem, "fake", "return run({names})")
+    monkeypatch.setattr(EVALUATE, "library_baseline", lambda definition: fits)
+    [first] = evaluate(problem, candidate, config)
+    [second] = evaluate(problem, candidate, config)
+    assert timed == ["fake"]  # the second one read the store
+    for trace in (first, second):
+        assert trace.status is Status.PASSED, trace.evaluation.log
+        baseline = trace.evaluation.baseline
+        assert baseline.library == "fake" and baseline.library_ms > 0
+        assert baseline.chosen == "eager" and trace.evaluation.library_score is None  # CPU
+    assert second.evaluation.baseline.library_ms == first.evaluation.baseline.library_ms
+
+    broken = _library(problem, "broken", "raise RuntimeError('no kernel for this shape')")
+    monkeypatch.setattr(EVALUATE, "library_baseline", lambda definition: broken)
+    [failed] = evaluate(problem, candidate, config)
+    assert failed.status is Status.PASSED and failed.evaluation.baseline.library_ms is None
+    assert any(n.startswith("library baseline broken: RUNTIME_ERROR") and "no kernel" in n
+               for n in failed.evaluation.notes), failed.evaluation.notes
+
+    monkeypatch.setattr(EVALUATE, "library_baseline", lambda definition: None)
+    [none] = evaluate(problem, candidate, config)
+    assert none.evaluation.baseline.library is None
+    assert "library baseline: none fits this problem" in none.evaluation.notes
+
+
+def test_the_library_score_replaces_t_b_by_the_library_time_on_a_gpu_only():
+    run = EvaluationRun(load_problem(PROBLEMS / "rmsnorm_small"), EvalConfig(device="cpu"))
+    sol = SpeedOfLight(0.5, 0.5, "memory", "H200")
+    with_library = BaselineReport("eager", 2.0, library="fake", library_ms=3.0)
+    assert run._library_score(1.0, with_library, sol) is None  # a CPU timing is not scored
+    run.device = torch.device("cuda")
+    assert run._library_score(1.0, with_library, sol) == score_against_library(1.0, 3.0, 0.5)
+    assert run._library_score(1.0, BaselineReport("eager", 2.0), sol) is None

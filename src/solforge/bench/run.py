@@ -54,6 +54,7 @@ class BenchConfig:
     workers: int | None = None  # units at once; None: one per GPU (core), or the cluster's
     ray_address: str | None = None  # auto or HOST:PORT; None: a Ray instance of its own
     command: str = "solforge bench"
+    library: bool = False  # also time the library baseline that fits each problem
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNERS:
@@ -215,7 +216,7 @@ def _eval_config(config: BenchConfig, device_type: str) -> EvalConfig:
     smallest = CPU_WORKLOADS if device_type == "cpu" else None
     return EvalConfig(device=device_type, hardware=config.hardware, baseline=config.baseline,
                       smallest=smallest, limits=config.limits, cache_dir=config.cache_dir,
-                      reuse_baselines=not config.fresh)
+                      reuse_baselines=not config.fresh, library=config.library)
 
 
 def plan_units(problems: list[BenchProblem], store: Store, config: EvalConfig,

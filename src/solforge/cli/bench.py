@@ -54,6 +54,9 @@ def bench_command(
                                                         "per visible GPU, per core on the CPU, "
                                                         "or the Ray cluster's GPUs / CPUs)."),
     fresh: bool = typer.Option(False, "--fresh", help="Measure again what the store holds."),
+    library: bool = typer.Option(False, "--library",
+                                 help="Also time the library baseline that fits each problem "
+                                      "(kept in each trace: T_lib and S against it)."),
     timeout: float = typer.Option(180.0, help="Seconds allowed per workload, and for the "
                                               "import of a solution."),
 ) -> None:
@@ -75,7 +78,7 @@ def bench_command(
     device_type, chosen = run.device_type, run.baseline
     config = BenchConfig(device=run.device, hardware=run.hardware, baseline=chosen,
                          fresh=fresh, limits=Limits(timeout, timeout), runner=runner,
-                         workers=workers, ray_address=ray_address,
+                         workers=workers, ray_address=ray_address, library=library,
                          command=shlex.join(["solforge", *sys.argv[1:]]))
     found = find_solutions(solution_folders(solutions or [], bundled))
     for reason in found.skipped:

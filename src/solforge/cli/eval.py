@@ -32,6 +32,9 @@ def eval_command(
     baseline: str = typer.Option(None, help="T_b: eager, compile, or best (the faster). "
                                             "Default: best on a GPU; eager on the CPU, where "
                                             "torch.compile builds C++ for ~10 s per problem."),
+    library: bool = typer.Option(False, "--library",
+                                 help="Also time the library baseline that fits (cuDNN SDPA, "
+                                      "cuBLASLt, FlashInfer RMSNorm) and score against it."),
     as_json: bool = typer.Option(False, "--json", help="Print one trace per line (JSON Lines)."),
     output: str = typer.Option(None, "-o", "--output", help="Append the traces to this JSONL."),
     verbose: bool = typer.Option(False, "--verbose", "-v",
@@ -66,7 +69,7 @@ def eval_command(
         device=run.device, hardware=run.hardware, baseline=run.baseline,
         workloads=tuple(w for w in (workloads or "").split(",") if w),
         smallest=smallest, timing=timing, iterations=iterations, rounds=rounds, seed=seed,
-        limits=Limits(setup_timeout_s=timeout, workload_timeout_s=timeout))
+        limits=Limits(setup_timeout_s=timeout, workload_timeout_s=timeout), library=library)
     if candidate.definition and candidate.definition != loaded.name:
         progress_console.print(f"[yellow]note:[/] {escape(candidate.name)} names the "
                                f"definition {escape(candidate.definition)!r}; evaluating it on "
@@ -81,6 +84,9 @@ def eval_command(
             typer.echo(trace_line(trace))
         raise typer.Exit(1 if failed else 0)
     console.print(_table(traces, loaded.definition.var_axes))
+    for note in dict.fromkeys(n for t in traces for n in t.evaluation.notes
+                              if n.startswith("library baseline")):
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     if kind == "cpu":
         console.print("CPU mode: T_k and T_b are CPU wall times (Triton kernels run in its "
                       "interpreter, far slower than on a GPU); T_SOL is the GPU's bound, shown "
@@ -113,6 +119,7 @@ def _table(traces: list, var_axes: list[str]) -> Table:
     evaluations = [t.evaluation for t in traces]
     kernel = [e.performance.latency_ms if e.performance else None for e in evaluations]
     base = [e.baseline.latency_ms if e.baseline else None for e in evaluations]
+    library = [e.baseline.library_ms if e.baseline else None for e in evaluations]
     bound = [e.t_sol_ms for e in evaluations]
     gpu = next((e.sol_hardware for e in evaluations if e.sol_hardware), None)
     columns: dict[str, list[str]] = {
@@ -121,12 +128,14 @@ def _table(traces: list, var_axes: list[str]) -> Table:
                           if a in t.workload.get("axes", {})) or "-" for t in traces],
         "status": [e.status.value for e in evaluations],
     }
-    for name, times in (("T_k", kernel), ("T_b", base),
+    for name, times in (("T_k", kernel), ("T_b", base), ("T_lib", library),
                         (f"T_SOL {gpu.split('-')[0]}" if gpu else "T_SOL", bound)):
         unit, factor = time_unit(t for t in times if t is not None)
         columns[f"{name} {unit}"] = [EMPTY if t is None else number(t * factor) for t in times]
     columns["T_b of"] = [e.baseline.chosen if e.baseline else EMPTY for e in evaluations]
     columns["S"] = [EMPTY if e.sol_score is None else f"{e.sol_score:.3f}" for e in evaluations]
+    columns["S lib"] = [EMPTY if e.library_score is None else f"{e.library_score:.3f}"
+                        for e in evaluations]
     columns["speedup"] = [f"{number(e.performance.speedup_factor)}x" if e.performance
                           else EMPTY for e in evaluations]
     columns["max err"] = [f"{e.correctness.max_absolute_error:.2g}" if e.correctness else EMPTY

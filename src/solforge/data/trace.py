@@ -96,6 +96,8 @@ class BaselineReport:
     eager_ms: float | None = None
     compile_ms: float | None = None
     cached: bool = False
+    library: str | None = None  # the library baseline timed beside them (eval --library)
+    library_ms: float | None = None  # its time; None where it did not run or failed
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,7 @@ class Evaluation:
     sol_bound: str | None = None
     sol_hardware: str | None = None  # the hardware profile T_SOL was computed for
     sol_score: float | None = None
+    library_score: float | None = None  # S with T_b = the library baseline's time
     timing: TimingReport | None = None
     baseline: BaselineReport | None = None
     evidence: str | None = None

@@ -52,6 +52,11 @@ from solforge.harness.baseline import (
 )
 from solforge.harness.build import BuildFailure, build_solution
 from solforge.harness.judge import Plan, WorkloadResult
+from solforge.harness.library_baselines import (
+    LibraryBaseline,
+    library_baseline,
+    score_against_library,
+)
 from solforge.harness.oracle import ReferenceOracle
 from solforge.harness.phases import phase
 from solforge.harness.seeds import SeedPlan, draw_secret
@@ -105,6 +110,7 @@ class EvalConfig:
     max_restarts: int = 2
     cache_dir: Path | None = None  # builds and measured baselines; None: ~/.cache/solforge
     reuse_baselines: bool = True
+    library: bool = False  # also time the library baseline that fits (library_baselines.py)
 
 
 def evaluate(problem: Problem, solution: Solution, config: EvalConfig = EvalConfig(),
@@ -120,6 +126,8 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig = EvalConf
                           for uuid, result in _reject_forged_prints(candidate).items()})
     passed = [w for w in run.workloads if results[w.uuid].status is Status.PASSED]
     baselines = run.baselines(passed, report) if passed else {}
+    if config.library and passed:
+        baselines = run.with_library(baselines, passed, report)
     traces = []
     for workload in run.workloads:
         evaluation = run.evaluation(results[workload.uuid], sols[workload.uuid],
@@ -178,6 +186,7 @@ class EvaluationRun:
         self.environment: Environment = environment(self.device)
         self.cache_dir = config.cache_dir or default_cache_dir()
         self.build_seconds: float | None = None  # set by candidate()
+        self.library_notes: dict[str, str] = {}  # workload uuid -> why it has no library time
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.timing_method = "cpu" if self.device.type == "cpu" else config.timing
         self._machine: dict[str, object] | None = None  # driver and clock, read once
@@ -246,6 +255,58 @@ class EvaluationRun:
                                               else cached.get(workload.uuid))
         return {uuid: choose(self.config.baseline, kinds, cached=uuid not in measured)
                 for uuid, kinds in times.items()}
+
+    def with_library(self, baselines: dict[str, BaselineReport | None],
+                     workloads: list[Workload],
+                     report: Progress) -> dict[str, BaselineReport | None]:
+        """Each T_b report with the library baseline's time beside it. T_b itself and the SOL
+        score stay as defined; a library that does not fit, is not installed or fails leaves a
+        note on the traces, never a verdict."""
+        found = library_baseline(self.problem.definition)
+        if found is None:
+            self.library_notes = {w.uuid: "library baseline: none fits this problem"
+                                  for w in workloads}
+            return baselines
+        kind = f"library:{found.name}"
+        times = (self.cached_baselines(kind, workloads) if self.config.reuse_baselines
+                 else {w.uuid: None for w in workloads})
+        missing = [w for w in workloads if times.get(w.uuid) is None]
+        if missing:
+            times.update(self.time_library(found, kind, missing, report))
+        return {uuid: replace(b, library=found.name, library_ms=times.get(uuid)) if b else None
+                for uuid, b in baselines.items()}
+
+    def time_library(self, found: LibraryBaseline, kind: str, workloads: list[Workload],
+                     report: Progress) -> dict[str, float | None]:
+        """Judge the library's solution like a candidate (built, checked for correctness,
+        timed the same way; trusted, so with the reference's single correctness round) and
+        cache every passing time under `kind`."""
+        report(f"timing the library baseline ({found.name}) on {len(workloads)} workloads")
+        plan = replace(self.plan, rounds=BASELINE_ROUNDS, verify=BASELINE_VERIFY)
+        with phase(kind, group=True):
+            try:
+                build = build_solution(found.solution, self.cache_dir / "builds",
+                                       self.device.type, self.config.compile_timeout_s)
+            except BuildFailure as failure:
+                why = _last_line(failure.message)
+                self.library_notes = {w.uuid: f"library baseline {found.name}: {why}"
+                                      for w in workloads}
+                return {}
+            run = self.supervisor.run(protocol.CANDIDATE, found.solution, build, plan,
+                                      workloads, _silent)
+        times = {}
+        with phase("baseline_store"):
+            cache = BaselineCache(self.cache_dir / "baselines.jsonl")
+            for workload in workloads:
+                result = run.results[workload.uuid]
+                times[workload.uuid] = median_ms = _median_if_passed(result)
+                if median_ms is not None:
+                    cache.put(*self._cache_key(workload, kind), median_ms=median_ms)
+                else:
+                    self.library_notes[workload.uuid] = (
+                        f"library baseline {found.name}: {result.status.value}: "
+                        f"{_last_line(result.message)}")
+        return times
 
     def time_reference(self, kind: str, workloads: list[Workload], report: Progress) -> RoleRun:
         """Time the reference as baseline `kind` in a fresh worker; cache every passing time."""
@@ -330,13 +391,16 @@ class EvaluationRun:
                    baseline: BaselineReport | None, log: str) -> Evaluation:
         notes = [sol] if isinstance(sol, str) else []
         timing = self._timing_report(result)
-        performance = sol_score = None
+        performance = sol_score = library_score = None
         if result.status is Status.PASSED:
             latency = timing.median_ms
             reference = baseline.latency_ms if baseline else 0.0
             performance = Performance(latency, reference, reference / latency if latency else 0.0)
             sol_score, note = self._score(latency, baseline, sol)
             notes += [note] if note else []
+            library_score = self._library_score(latency, baseline, sol)
+            library_note = self.library_notes.get(result.uuid)
+            notes += [library_note] if library_note else []
         known = sol if isinstance(sol, SpeedOfLight) else None
         return Evaluation(
             status=result.status, environment=self.environment, timestamp=_now(),
@@ -347,7 +411,7 @@ class EvaluationRun:
             sol_floor_ms=known.floor_ms if known else None,
             sol_bound=known.bound if known else None,
             sol_hardware=known.hardware if known else None,
-            sol_score=sol_score, timing=timing,
+            sol_score=sol_score, library_score=library_score, timing=timing,
             baseline=baseline if result.status is Status.PASSED else None,
             evidence=result.message if result.status is Status.REWARD_HACK else None,
             notes=tuple(notes),
@@ -360,6 +424,14 @@ class EvaluationRun:
         if not isinstance(sol, SpeedOfLight):
             return None, None
         return score(latency_ms, baseline.latency_ms if baseline else None, sol)
+
+    def _library_score(self, latency_ms: float, baseline: BaselineReport | None,
+                       sol: SpeedOfLight | str) -> float | None:
+        """S against the library: T_b replaced by the library's time (GPU timings only)."""
+        if (self.device.type == "cpu" or not isinstance(sol, SpeedOfLight) or baseline is None
+                or baseline.library_ms is None):
+            return None
+        return score_against_library(latency_ms, baseline.library_ms, sol.t_sol_ms)
 
     def _timing_report(self, result: WorkloadResult) -> TimingReport | None:
         timing = result.timing
@@ -409,6 +481,12 @@ def _plan(config: EvalConfig, device: torch.device) -> Plan:
                 warmup if config.warmup is None else config.warmup, most,
                 verify if config.verify is None else config.verify,
                 min_iterations=fewest if 0 < fewest < most else 0)
+
+
+def _last_line(text: str) -> str:
+    """A message's last non-empty line: a traceback's exception, a build's one-line error."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "(no message)"
 
 
 def _median_if_passed(result: WorkloadResult) -> float | None:
