@@ -13,7 +13,15 @@ import time
 import pytest
 import torch
 
-from solforge.harness.area import HALF_BYTES, TO_DRIVER, TO_WORKER, Area, create
+from solforge.harness.area import (
+    HALF_BYTES,
+    PIN_STEP,
+    TO_DRIVER,
+    TO_WORKER,
+    Area,
+    create,
+    pinned_size,
+)
 from solforge.harness.channel import _HEADER, MAGIC, ChannelForged, FrameReader, FrameWriter
 from solforge.problem.inputs import pack_fp4
 
@@ -100,3 +108,48 @@ def _send_raw(writer: FrameWriter, body: dict) -> None:
                    hashlib.sha256).digest()
     os.write(writer.fd, header + encoded + mac)
     writer.sequence += 1
+
+
+def test_the_page_locked_prefix_grows_by_doubling_in_whole_steps():
+    assert pinned_size(0, 0, HALF_BYTES) == 0
+    assert pinned_size(0, 1000, HALF_BYTES) == PIN_STEP
+    assert pinned_size(PIN_STEP, PIN_STEP, HALF_BYTES) == PIN_STEP  # covered: unchanged
+    assert pinned_size(PIN_STEP, PIN_STEP + 1, HALF_BYTES) == 2 * PIN_STEP
+    assert pinned_size(2 * PIN_STEP, 5 * PIN_STEP + 7, HALF_BYTES) == 6 * PIN_STEP
+    assert pinned_size(HALF_BYTES // 2 + PIN_STEP, HALF_BYTES, HALF_BYTES) == HALF_BYTES
+
+
+def test_nothing_is_page_locked_in_a_process_without_cuda():
+    fd = create()
+    try:
+        area = Area(fd, TO_WORKER, pin_reads=True)
+        area.write(0, torch.arange(1000))
+        assert torch.equal(area.view(0, 8000).view(torch.int64), torch.arange(1000))
+        assert area.pinned == 0
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.gpu
+def test_a_gpu_process_page_locks_what_it_writes_and_reads(monkeypatch):
+    fd = create()
+    try:
+        driver, worker = Area(fd, TO_WORKER), Area(fd, TO_WORKER, pin_reads=True)
+        sent = torch.randn(3 << 20, device="cuda")  # 12 MiB
+        driver.write(0, sent)
+        assert driver.pinned == PIN_STEP and driver.view(0, 16).is_pinned()
+        received = worker.view(0, sent.numel() * 4).view(torch.float32)
+        assert worker.pinned == PIN_STEP and torch.equal(received.cuda(), sent)
+        big = torch.ones(20 << 20, device="cuda")  # 80 MiB: the prefix grows
+        driver.write(0, big)
+        assert driver.pinned == 2 * PIN_STEP
+        driver.unpin()
+        assert driver.pinned == 0 and not driver.view(0, 16).is_pinned()
+        monkeypatch.setenv("SOLFORGE_PIN_AREA", "0")
+        pageable = Area(fd, TO_DRIVER)
+        pageable.write(0, sent)
+        assert pageable.pinned == 0 and torch.equal(pageable.view(0, 48).view(torch.float32),
+                                                    sent[:12].cpu())
+        worker.unpin()
+    finally:
+        os.close(fd)

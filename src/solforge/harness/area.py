@@ -13,10 +13,17 @@ inputs only when the call starts, and copies out what it compares the moment the
 (before it sends the next inputs), so whatever the worker writes later reaches nothing the
 driver holds. A frame whose tensors do not fit its half travels through the pipe as before.
 Works across the sandbox's private uid, where CUDA IPC does not (handover.py).
+
+In a process that uses CUDA, each side page-locks (cudaHostRegister) the prefix of its mapping
+that frames have used: a copy between the GPU and pageable memory is staged through a driver
+buffer, one between the GPU and page-locked memory runs at the bus's speed. The prefix grows
+by doubling, so a workload re-pins a few times at most; `SOLFORGE_PIN_AREA=0` leaves the area
+pageable, and a refused registration does the same.
 """
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 
@@ -25,6 +32,17 @@ import torch
 HALF_BYTES = 4 << 30  # per direction; a sparse file: only written pages take memory
 ALIGN = 256
 TO_WORKER, TO_DRIVER = 0, 1  # the halves
+PIN_ENV = "SOLFORGE_PIN_AREA"  # "0": never page-lock
+PIN_STEP = 64 << 20  # the page-locked prefix grows in whole steps of this
+
+
+def pinned_size(current: int, needed: int, limit: int) -> int:
+    """The page-locked prefix once a frame needs `needed` bytes: unchanged when it covers
+    them, else at least doubled, in whole PIN_STEPs, never past `limit`."""
+    if needed <= current:
+        return current
+    grown = max(needed, 2 * current, PIN_STEP)
+    return min(limit, -(-grown // PIN_STEP) * PIN_STEP)
 
 
 def create() -> int:
@@ -37,9 +55,16 @@ def create() -> int:
 class Area:
     """One direction's half of a worker's shared-memory file, mapped."""
 
-    def __init__(self, fd: int, half: int) -> None:
+    def __init__(self, fd: int, half: int, pin_reads: bool = False) -> None:
+        """`pin_reads`: also page-lock what frames read (the worker's inputs, bound for its
+        GPU). The driver never does: the offsets it reads come from the worker, which could
+        name any page of the half and have the driver lock gigabytes."""
         self.size = HALF_BYTES
+        self._pin_reads = pin_reads
         self._map = mmap.mmap(fd, HALF_BYTES, offset=half * HALF_BYTES)
+        self.pinned = 0  # bytes of the prefix page-locked for the GPU
+        self._pinnable = os.environ.get(PIN_ENV, "1") != "0"
+        self._base: int | None = None  # the mapping's address, once pinning needs it
 
     def layout(self, sizes: list[int]) -> list[int] | None:
         """Offsets for tensors of these byte sizes, one after another; None if they do not fit."""
@@ -53,6 +78,8 @@ class Area:
         """Copy the tensor's bytes in (from the device directly, for a device tensor)."""
         flat = tensor.detach().reshape(-1).view(torch.uint8)
         if flat.numel():
+            if flat.is_cuda:
+                self.pin(offset + flat.numel())
             self.view(offset, flat.numel()).copy_(flat)
 
     def view(self, offset: int, size: int) -> torch.Tensor:
@@ -60,4 +87,35 @@ class Area:
         until the next frame in this direction, so a reader that keeps them copies them."""
         if offset < 0 or size < 0 or offset + size > self.size:
             raise ValueError(f"bytes [{offset}, {offset + size}) outside the shared area")
+        if self._pin_reads:
+            self.pin(offset + size)
         return torch.frombuffer(self._map, dtype=torch.uint8, count=size, offset=offset)
+
+    def pin(self, end: int) -> None:
+        """Page-lock at least [0, end) if this process uses CUDA (a no-op otherwise, and once a
+        registration was refused)."""
+        if not self._pinnable or end <= self.pinned or not torch.cuda.is_initialized():
+            return
+        size = pinned_size(self.pinned, end, self.size)
+        cudart = torch.cuda.cudart()
+        if self.pinned:
+            cudart.cudaHostUnregister(self._address())
+        if int(cudart.cudaHostRegister(self._address(), size, 0)) != 0:
+            self._pinnable, self.pinned = False, 0
+            return
+        self.pinned = size
+
+    def unpin(self) -> None:
+        """Release the page lock (before the mapping can go away with the last view of it)."""
+        if self.pinned:
+            self.pinned = 0
+            torch.cuda.cudart().cudaHostUnregister(self._address())
+
+    def _address(self) -> int:
+        if self._base is None:
+            self._base = torch.frombuffer(self._map, dtype=torch.uint8, count=1).data_ptr()
+        return self._base
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit torch may be gone
+            self.unpin()

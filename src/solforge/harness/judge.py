@@ -237,8 +237,10 @@ class Judge:
     def _taken(self, frame) -> list[Any]:
         """A frame's outputs as private copies: from this workload's slots where the driver
         has them, else from the frame (whose tensors may be views of the shared area)."""
-        if self.slots is None:
-            return [v.clone() if isinstance(v, torch.Tensor) else v for v in frame.values]
+        if self.slots is None:  # copied straight to the reference's device
+            device = self.oracle.device
+            return [v.to(device, copy=True) if isinstance(v, torch.Tensor) else v
+                    for v in frame.values]
         try:
             return handover.taken(frame.values, self.slots)
         except ValueError as exc:

@@ -139,6 +139,9 @@ class WorkerSession:
         switch(None)
         self.spawned.kill()
         self.log.wait(1)
+        for area in (self.reader.area, self.writer.area):
+            if area is not None:
+                area.unpin()
         self.reader.area = self.writer.area = None  # unmapped once no value views it
         for fd in self._fds:
             with contextlib.suppress(OSError):

@@ -581,7 +581,7 @@ def main(result_fd: int, command_fd: int, area_fd: int | None = None) -> None:
     key = bytes.fromhex(config.key_hex)
     outbox = inbox = None
     if area_fd is not None:  # the frames' tensors go through shared memory (area.py)
-        outbox, inbox = Area(area_fd, TO_DRIVER), Area(area_fd, TO_WORKER)
+        outbox, inbox = Area(area_fd, TO_DRIVER), Area(area_fd, TO_WORKER, pin_reads=True)
     link = Link(FrameWriter(result_fd, key, outbox), FrameReader(command_fd, key, area=inbox))
     worker = Worker(config, link)
     try:
