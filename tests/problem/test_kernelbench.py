@@ -252,6 +252,21 @@ def test_missing_optional_package_names_the_extra(tmp_path, monkeypatch):
     assert "solforge[kernelbench]" in caught.value.reason
 
 
+def test_a_file_that_needs_the_hugging_face_hub_says_so(tmp_path):
+    """Level 4 builds models by Hub name; offline, the import fails with what to do."""
+    source = tmp_path / "src" / "level4" / "1_hub_model.py"
+    source.parent.mkdir(parents=True)
+    source.write_text(
+        "import torch\n\n\n"
+        "def _from_pretrained(name):\n"
+        "    raise OSError(\"We couldn't connect to 'https://huggingface.co' to load the \"\n"
+        "                  \"files, and couldn't find them in the cached files.\")\n\n\n"
+        "config = _from_pretrained('gpt2')\n")
+    with pytest.raises(ProblemError) as caught:
+        import_kernelbench_file(source, tmp_path / "out")
+    assert "huggingface.co" in caught.value.reason and "HF_HOME" in caught.value.reason
+
+
 def test_cli_imports_a_folder_and_reports_the_failure(tmp_path):
     result = CliRunner().invoke(app, ["import", "kernelbench", str(FIXTURES), "-o",
                                       str(tmp_path)])

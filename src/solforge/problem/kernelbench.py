@@ -52,6 +52,9 @@ _LEVEL_FOLDER = re.compile(r"^level\d+$")
 _SCALAR_DTYPES = {bool: "bool", int: "int64", float: "float32"}
 # Packages some KernelBench files import, and the solforge extra that installs each.
 _OPTIONAL_EXTRAS = {"einops": "kernelbench", "transformers": "kernelbench"}
+# Level 4 builds Hugging Face models by name: their configs and weights come from the Hub.
+_HUB_HINT = ("; this file loads a model from the Hugging Face Hub: import it on a machine "
+             "that can reach huggingface.co once, or point HF_HOME at a cache that holds it")
 
 # Input name -> (state-dict name, meta tensor), for the model's parameters and buffers.
 StateTensors = dict[str, tuple[str, torch.Tensor]]
@@ -198,6 +201,8 @@ def _load_file(path: Path) -> types.ModuleType:
         raise ProblemError(path, "<import>", reason) from None
     except Exception as exc:
         reason = f"raised while importing: {describe_exception(exc, str(path))}"
+        if "huggingface.co" in str(exc):
+            reason += _HUB_HINT
         raise ProblemError(path, "<import>", reason) from None
     return module
 
