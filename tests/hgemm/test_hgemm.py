@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -753,6 +754,19 @@ def test_the_gpu_scripts_pass_tunes_benchmarks_resumes_and_reports(tmp_path):
     shipped = load_table(run.shipped)  # what src/solforge/hgemm/tables/ would ship
     assert len(shipped) == 3 and all(e.candidates == () for e in shipped)
     assert [e.use_kernel for e in shipped] == [e.use_kernel for e in load_table(run.table)]
+
+
+def test_a_row_timed_with_fewer_rounds_than_asked_is_measured_again(tmp_path):
+    from solforge.hgemm.bench import bench
+
+    shapes = TINY[:2]
+    rows_path = tmp_path / "bench.jsonl"
+    bench(shapes, rows_path, FakeMeasurer(), FAST_BENCH)
+    bench(shapes, rows_path, FakeMeasurer(), FAST_BENCH)  # all there: nothing again
+    assert len(rows_path.read_text().splitlines()) == 2
+    bench(shapes, rows_path, FakeMeasurer(), replace(FAST_BENCH, small_rounds=3))
+    assert len(rows_path.read_text().splitlines()) == 4
+    assert [row.rounds for row in load_rows(rows_path)] == [3, 3]  # the new rows count
 
 
 def test_the_pass_spends_its_tuning_share_then_benchmarks_untuned_shapes(tmp_path):

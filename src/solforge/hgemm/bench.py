@@ -186,9 +186,11 @@ def bench(shapes: Sequence[Shape], rows_path: Path, measurer: Measurer,
           budget_s: float = float("inf"), clock: Callable[[], float] = time.monotonic,
           log: Callable[[str], None] | None = None) -> BudgetReport:
     """Benchmark every shape not yet in the rows file, until the budget runs out, with the
-    active dispatcher."""
+    active dispatcher. A row timed with fewer rounds than `settings` ask for its shape is
+    measured again (the new row replaces it: load_rows keeps a shape's last row)."""
     rows_path = Path(rows_path)
-    done = {row.shape.key for row in load_rows(rows_path)}
+    done = {row.shape.key for row in load_rows(rows_path)
+            if row.rounds >= rounds_for(row.shape, settings)}
 
     def bench_one(shape: Shape) -> None:
         row = bench_shape(shape, measurer, settings, clock)
