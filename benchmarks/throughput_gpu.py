@@ -1,7 +1,7 @@
 """Issue 13 on one H200: evaluation throughput, in one call of at most 9 minutes, resumable.
 
     python benchmarks/throughput_gpu.py OUTDIR [--state DIR] [--deadline-s 540]
-        [--candidates 54] [--problems P ...] [--before 3] [--suite-sample 6]
+        [--candidates 72] [--problems P ...] [--before 3] [--suite-sample 6]
         [--device cuda|cpu] [--name h200]
 
 Stages; each one's result is kept in the state folder (default OUTDIR/NAME-throughput-state)
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--state", type=Path, default=None)
     parser.add_argument("--deadline-s", type=float, default=540.0)
-    parser.add_argument("--candidates", type=int, default=54)
+    parser.add_argument("--candidates", type=int, default=72)
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
     parser.add_argument("--before", type=int, default=3)
     parser.add_argument("--suite-sample", type=int, default=6)
