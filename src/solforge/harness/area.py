@@ -24,6 +24,7 @@ pageable, and a refused registration does the same.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import mmap
 import os
 
@@ -100,8 +101,13 @@ class Area:
         cudart = torch.cuda.cudart()
         if self.pinned:
             cudart.cudaHostUnregister(self._address())
-        if int(cudart.cudaHostRegister(self._address(), size, 0)) != 0:
+        try:
+            refused = int(cudart.cudaHostRegister(self._address(), size, 0)) != 0
+        except Exception:  # a binding that cannot express the error: refused all the same
+            refused = True
+        if refused:
             self._pinnable, self.pinned = False, 0
+            _clear_cuda_error()
             return
         self.pinned = size
 
@@ -119,3 +125,11 @@ class Area:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit torch may be gone
             self.unpin()
+
+
+def _clear_cuda_error() -> None:
+    """A refused registration stays the CUDA runtime's last error, which PyTorch's next kernel
+    launch check would raise as its own: read it once, from the runtime PyTorch loaded."""
+    with contextlib.suppress(OSError, AttributeError):
+        major = (torch.version.cuda or "").split(".")[0]
+        ctypes.CDLL(f"libcudart.so.{major}").cudaGetLastError()
