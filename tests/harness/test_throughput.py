@@ -172,6 +172,15 @@ def test_pool_hands_out_a_prepared_worker_once(monkeypatch):
     monkeypatch.setenv("SOLFORGE_WORKER_POOL", "0")
     pool.prepare(env)
     assert pool.waiting() == 0
+    monkeypatch.delenv("SOLFORGE_WORKER_POOL")
+    pool = WorkerPool()
+    try:  # Inductor sets its cache folder in the driver's environment after the worker started
+        pool.prepare(env)
+        taken = pool.take({**env, "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_x"})
+        assert pool.waiting() == 0
+        taken.discard()
+    finally:
+        pool.close()
     monkeypatch.setenv("SOLFORGE_BASELINE_KEY", "/somewhere/key")
     assert "SOLFORGE_BASELINE_KEY" not in worker_env("cpu")  # the key stays the driver's
 

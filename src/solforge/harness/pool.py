@@ -140,8 +140,16 @@ class WorkerPool:
             self._waiting.clear()
 
 
+# Set in the driver's own environment as a side effect (Inductor writes its default cache
+# folder there the first time it runs, for instance during the analysis of T_SOL), to what a
+# worker of the same uid uses anyway; a sandboxed worker gets its own. A worker started
+# before it was set serves a run started after.
+_SIDE_EFFECTS = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
+
+
 def _key(env: dict[str, str], kind: object) -> tuple:
-    return (tuple(sorted(env.items())), repr(kind))
+    return (tuple(sorted((k, v) for k, v in env.items() if k not in _SIDE_EFFECTS)),
+            repr(kind))
 
 
 _SHARED: WorkerPool | None = None

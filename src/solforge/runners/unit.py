@@ -20,6 +20,7 @@ started on its slot, the likeliest shape of the next one); without LIKE it prepa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -87,17 +88,23 @@ def wait_for_task(device_type: str, like: Path | None = None) -> tuple[Path, Pat
 
 def prepare_like(task_file: Path) -> bool:
     """Start the harness worker that a unit of the same problem and configuration as the task
-    in `task_file` takes first (keyed like the one `evaluate` takes, see harness/pool.py).
-    False, with the reason on stderr, when that task cannot be read: the next unit then starts
-    its worker itself, as without a spare."""
+    in `task_file` takes first (keyed like the one `evaluate` takes, see harness/pool.py), and
+    read the stores that unit will read (T_SOL, the baselines: kept in this process, read again
+    only if they change). False, with the reason on stderr, when that task cannot be read: the
+    next unit then starts its worker itself, as without a spare."""
     from solforge.harness.evaluate import EvaluationRun
 
     try:
         task = pickle.loads(task_file.read_bytes())
-        EvaluationRun(open_problem(task.problem), task.config).prepare_workers(1)
+        run = EvaluationRun(open_problem(task.problem), task.config)
+        run.prepare_workers(1)
     except (OSError, pickle.UnpicklingError, RuntimeError, ValueError, SolforgeError) as exc:
         print(f"spare: no worker prepared ahead ({type(exc).__name__}: {exc})", file=sys.stderr)
         return False
+    with contextlib.suppress(Exception):  # a head start only: the unit does it all again
+        for workload in run.workloads:
+            run.speed_of_light(workload)
+        run.missing_baselines()
     return True
 
 
