@@ -67,7 +67,7 @@ class BenchSettings:
     autotune_iterations: int = 5
     noise: float = 0.02
     small_rounds: int = 32  # rounds for shapes under small_flops (see rounds_for)
-    small_flops: float = 2.0**33  # about 15 us of bf16 tensor-core work on an H200
+    small_flops: float = 2.0**33  # about 11 us of bf16 tensor-core work at the H200's peak
 
 
 def rounds_for(shape: Shape, settings: BenchSettings) -> int:
