@@ -24,9 +24,9 @@ from solforge.bench.results import Measured, ProblemResults
 from solforge.bench.summary import problem_line, tier_lines
 from solforge.cli import choices, main
 from solforge.cli.bench import incomplete_problems, problem_tables, tier_table
-from solforge.cli.failures import failure_cause, wrong_problem_hint
 from solforge.cli.problems import SuiteEntry, problems_table
 from solforge.errors import SolforgeError
+from solforge.failures import failure_cause, wrong_problem_hint
 from solforge.humanize import fitness, number, plural, si_unit, time_range, time_unit
 from solforge.storage import open_store, store_url
 

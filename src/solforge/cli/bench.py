@@ -14,8 +14,8 @@ from rich.table import Table
 
 from solforge.cli.app import app
 from solforge.cli.console import console as make_console
-from solforge.cli.failures import failure_cause
 from solforge.cli.tables import compact_table
+from solforge.failures import failure_cause
 from solforge.humanize import number, plural, time_range, time_unit
 from solforge.storage import store_scope
 

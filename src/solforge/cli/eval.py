@@ -12,9 +12,9 @@ from solforge.cli.app import app
 from solforge.cli.choices import BASELINES
 from solforge.cli.console import console as make_console
 from solforge.cli.console import progress_lines
-from solforge.cli.failures import failure_cause, wrong_problem_hint
 from solforge.cli.tables import EMPTY, compact_table
 from solforge.errors import SolforgeError
+from solforge.failures import failure_cause, wrong_problem_hint
 from solforge.humanize import number, plural, time_unit
 
 console = make_console()

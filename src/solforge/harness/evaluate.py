@@ -41,6 +41,7 @@ from solforge.data.trace import (
 from solforge.data.workload import Workload
 from solforge.defaults import resolve_device, resolve_profile
 from solforge.errors import SolforgeError
+from solforge.failures import failure_cause
 from solforge.harness import protocol
 from solforge.harness.baseline import (
     BASELINES,
@@ -288,7 +289,7 @@ class EvaluationRun:
                 build = build_solution(found.solution, self.cache_dir / "builds",
                                        self.device.type, self.config.compile_timeout_s)
             except BuildFailure as failure:
-                why = _last_line(failure.message)
+                why = failure_cause(failure.message)
                 self.library_notes = {w.uuid: f"library baseline {found.name}: {why}"
                                       for w in workloads}
                 return {}
@@ -305,7 +306,7 @@ class EvaluationRun:
                 else:
                     self.library_notes[workload.uuid] = (
                         f"library baseline {found.name}: {result.status.value}: "
-                        f"{_last_line(result.message)}")
+                        f"{failure_cause(result.message)}")
         return times
 
     def time_reference(self, kind: str, workloads: list[Workload], report: Progress) -> RoleRun:
@@ -481,12 +482,6 @@ def _plan(config: EvalConfig, device: torch.device) -> Plan:
                 warmup if config.warmup is None else config.warmup, most,
                 verify if config.verify is None else config.verify,
                 min_iterations=fewest if 0 < fewest < most else 0)
-
-
-def _last_line(text: str) -> str:
-    """A message's last non-empty line: a traceback's exception, a build's one-line error."""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:200] if lines else "(no message)"
 
 
 def _median_if_passed(result: WorkloadResult) -> float | None:

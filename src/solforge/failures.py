@@ -19,7 +19,7 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)', re.MULTIL
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?P<name>[A-Z]\w*(?:Error|Exception|Exit|"
                         r"Interrupt|Warning))\b:?(?P<rest>.*)$")
 # Frames of these files are solforge's or Python's own, never the solution's.
-_PACKAGE = str(Path(__file__).resolve().parent.parent) + "/"
+_PACKAGE = str(Path(__file__).resolve().parent) + "/"
 _NOT_USER = (_PACKAGE, "<frozen ", "/importlib/", "/site-packages/", "/lib/python")
 
 
