@@ -14,9 +14,11 @@
 #           floor        the launch floor: near-empty kernels, cold and warm L2
 #           examples     the public example solutions in $EXAMPLES (folders, space-separated:
 #                        SOL-ExecBench's examples/ and FlashInfer-Bench's examples/), built
-#                        and judged (benchmarks/examples_gpu.py, resumable)
+#                        and judged (benchmarks/examples_gpu.py; goes on from the committed
+#                        benchmarks/results/h200-examples.json)
 #           libraries    the library baselines (cuDNN SDPA, cuBLASLt, FlashInfer) of the
-#                        problems that map to one (benchmarks/library_baselines_gpu.py)
+#                        problems that map to one (benchmarks/library_baselines_gpu.py; goes
+#                        on from the committed benchmarks/results/h200-library-baselines.json)
 #           phases       one evaluation's phase table, cold then warm (benchmarks/eval_phases.py)
 #           ipc          CUDA IPC between uids (benchmarks/cuda_ipc_probe.py; run as root)
 #
@@ -123,13 +125,20 @@ stage_floor() {
     "$python" benchmarks/launch_floor.py -o "$out/launch-floor.json" 2>&1 | tee "$out/floor.log"
 }
 
+seed_from_results() {  # FILE DEST: a resumable stage goes on from its committed store
+    local file=benchmarks/results/$1
+    if [ ! -s "$2" ] && [ -s "$file" ]; then cp "$file" "$2"; fi
+}
+
 stage_examples() {
+    seed_from_results h200-examples.json "$out/examples.json"
     # shellcheck disable=SC2086
     "$python" benchmarks/examples_gpu.py ${EXAMPLES:?set EXAMPLES to the example folders} \
         -o "$out/examples.json" --deadline-s "$deadline" 2>&1 | tee -a "$out/examples.log"
 }
 
 stage_libraries() {
+    seed_from_results h200-library-baselines.json "$out/library-baselines.json"
     "$python" benchmarks/library_baselines_gpu.py -o "$out/library-baselines.json" \
         --deadline-s "$deadline" 2>&1 | tee -a "$out/libraries.log"
 }

@@ -62,10 +62,12 @@ from solforge.problem.suite import bundled_problem_dirs, open_problem  # noqa: E
 from solforge.runners import TaskResult, open_runner  # noqa: E402
 from solforge.storage import open_store  # noqa: E402
 
-# Three problems, two template families. Not the 128256-wide softmax: its largest workload moves
-# 2 GiB in and 4 GiB out per timed call through host memory (the sandbox's private uid rules
-# out CUDA IPC), minutes per candidate on its own.
-PROBLEMS = ("l1/rmsnorm_llama3_1_8b", "l1/layernorm_whisper_large_v3", "l1/swiglu_llama3_1_8b")
+# Four problems, three template families (row norms, activations, RoPE); the fourth came after
+# the first three gave 48 candidates on the H200 (2026-12-02), short of the goal's 50. Not the
+# 128256-wide softmax: its largest workload moves 2 GiB in and 4 GiB out per timed call through
+# host memory (the sandbox's private uid rules out CUDA IPC), minutes per candidate on its own.
+PROBLEMS = ("l1/rmsnorm_llama3_1_8b", "l1/layernorm_whisper_large_v3", "l1/swiglu_llama3_1_8b",
+            "l1/rope_cos_sin_cache_qwen3_32b")
 MARGIN_S = 20.0
 GOAL = {"gpu_seconds_per_candidate": 0.5, "suite_cold_minutes": 30.0, "suite_warm_minutes": 10.0}
 

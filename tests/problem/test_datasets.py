@@ -4,6 +4,7 @@ load and check, and every broken entry is reported without stopping the import."
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -314,11 +315,15 @@ def test_solforge_records_round_trip_through_the_layout(tmp_path):
 
 def test_what_solforge_writes_validates_against_flashinfer_bench(tmp_path):
     """FlashInfer-Bench's own reader (its pydantic schema) loads the set solforge wrote."""
-    fib_data = pytest.importorskip(
-        "flashinfer_bench.data",
-        reason="flashinfer-bench is not in the dev extra (it pulls flashinfer-python and the "
-               "CUTLASS DSL libraries); `pip install --no-deps flashinfer-bench==0.1.2 "
-               "docstring_parser` runs this check")
+    how = ("flashinfer-bench is not in the dev extra (it pulls flashinfer-python and the CUTLASS "
+           "DSL libraries); `pip install --no-deps flashinfer-bench==0.1.2 docstring_parser` "
+           "runs this check")
+    try:
+        import flashinfer_bench.data as fib_data
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI runs without it: .ci/run must install it. {how}")
+        pytest.skip(how)
     _solforge_trace_set(tmp_path)
     loaded = fib_data.TraceSet.from_path(str(tmp_path))
     assert list(loaded.definitions) == ["rmsnorm_llama3_1_8b"]
