@@ -1,7 +1,7 @@
 """Build and judge the public example solutions of SOL-ExecBench and FlashInfer-Bench.
 
     python benchmarks/examples_gpu.py EXAMPLES_DIR... [-o OUT.json] [--device cuda|cpu]
-                                      [--smallest N] [--deadline-s S]
+                                      [--smallest N] [--deadline-s S] [--again TEXT ...]
 
 Each EXAMPLES_DIR is searched for two layouts:
 - SOL-ExecBench `examples/<language>/<name>/`: definition.json (its reference in reference.py
@@ -10,9 +10,11 @@ Each EXAMPLES_DIR is searched for two layouts:
   workloads/, solutions/.
 Every solution is evaluated through solforge (build, correctness, timing, T_SOL, score) and one
 record per example is written: language, binding, status per workload, build seconds, message.
-Resumable: examples already in OUT are skipped; the script stops starting new ones after
---deadline-s and says so. Default output: benchmarks/results/h200-examples.json (GPU) or
-examples-cpu.json (CPU mode, the smallest workload, Triton interpreted, CUDA not runnable).
+Resumable: examples already in OUT are skipped (`--again TEXT` judges again those whose key
+contains TEXT, e.g. after installing a missing language package); the script stops starting new
+ones after --deadline-s and says so. Each record carries the date it was judged. Default
+output: benchmarks/results/h200-examples.json (GPU) or examples-cpu.json (CPU mode, the
+smallest workload, Triton interpreted, CUDA not runnable).
 """
 
 from __future__ import annotations
@@ -141,12 +143,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the N smallest workloads of each example")
     parser.add_argument("--deadline-s", type=float, default=540.0)
     parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument("--again", action="append", default=[], metavar="TEXT",
+                        help="judge again the examples whose key contains TEXT (their records "
+                             "are replaced), e.g. a language whose package was missing before")
     args = parser.parse_args(argv)
     output = args.output or RESULTS / ("h200-examples.json" if args.device == "cuda"
                                        else "examples-cpu.json")
     done = json.loads(output.read_text()) if output.is_file() else {"examples": []}
     done["machine"] = recorded_environment(args.device)
     done["date"] = time.strftime("%Y-%m-%d")
+    done["examples"] = [r for r in done["examples"]
+                        if not any(text in r["example"] for text in args.again)]
     seen = {r["example"] for r in done["examples"]}
     examples = [e for root in args.roots for e in find_examples(root)]
     config = EvalConfig(device=args.device, baseline="eager" if args.device == "cpu" else "best",
@@ -162,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                       "next call", flush=True)
                 break
             print(f"{example.key}: judging", flush=True)
-            record = judge(example, config, Path(scratch))
+            record = {**judge(example, config, Path(scratch)),
+                      "date": time.strftime("%Y-%m-%d")}
             print(f"{example.key}: {record['status']} {record.get('message', '')}"[:300],
                   flush=True)
             done["examples"].append(record)

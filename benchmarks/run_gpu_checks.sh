@@ -15,7 +15,8 @@
 #           examples     the public example solutions in $EXAMPLES (folders, space-separated:
 #                        SOL-ExecBench's examples/ and FlashInfer-Bench's examples/), built
 #                        and judged (benchmarks/examples_gpu.py; goes on from the committed
-#                        benchmarks/results/h200-examples.json)
+#                        benchmarks/results/h200-examples.json; EXAMPLES_AGAIN="TEXT ..."
+#                        judges again the examples whose key contains a TEXT)
 #           libraries    the library baselines (cuDNN SDPA, cuBLASLt, FlashInfer) of the
 #                        problems that map to one (benchmarks/library_baselines_gpu.py; goes
 #                        on from the committed benchmarks/results/h200-library-baselines.json)
@@ -133,8 +134,11 @@ seed_from_results() {  # FILE DEST: a resumable stage goes on from its committed
 stage_examples() {
     seed_from_results h200-examples.json "$out/examples.json"
     # shellcheck disable=SC2086
+    local again=()
+    for text in ${EXAMPLES_AGAIN:-}; do again+=(--again "$text"); done
     "$python" benchmarks/examples_gpu.py ${EXAMPLES:?set EXAMPLES to the example folders} \
-        -o "$out/examples.json" --deadline-s "$deadline" 2>&1 | tee -a "$out/examples.log"
+        -o "$out/examples.json" --deadline-s "$deadline" "${again[@]}" 2>&1 \
+        | tee -a "$out/examples.log"
 }
 
 stage_libraries() {

@@ -155,6 +155,10 @@ def test_examples_script_judges_both_layouts_and_resumes(tmp_path):
         assert record["build_seconds"] == 0.0 and record["latency_ms"][0] > 0
     again = _run(EXAMPLES_SCRIPT, *roots, "--device", "cpu", "-o", str(out))
     assert "judging" not in again.stdout  # resumed: nothing evaluated twice
+    redo = _run(EXAMPLES_SCRIPT, *roots, "--device", "cpu", "-o", str(out), "--again", "Tiny-Trace")
+    assert redo.stdout.count("judging") == 1 and "Tiny-Trace" in redo.stdout
+    kept = {r["example"]: r for r in json.loads(out.read_text())["examples"]}
+    assert set(kept) == set(records) and all(r["date"] for r in kept.values())
 
 
 def test_examples_script_finds_both_layouts():
