@@ -1,7 +1,7 @@
 """Issue 13 on one H200: evaluation throughput, in one call of at most 9 minutes, resumable.
 
     python benchmarks/throughput_gpu.py OUTDIR [--state DIR] [--deadline-s 540]
-        [--candidates 72] [--problems P ...] [--before 3] [--suite-sample 6]
+        [--candidates 72] [--problems P ...] [--before 3] [--suite-sample 4]
         [--device cuda|cpu] [--name h200]
 
 Stages; each one's result is kept in the state folder (default OUTDIR/NAME-throughput-state)
@@ -21,7 +21,8 @@ and a later call skips the stages already there:
    `--suite-sample` problems spread over the suite: cold (empty baseline store), then warm (a
    new results store, the baseline store kept). The suite's minutes are EXTRAPOLATED from the
    sample (mean seconds per problem x the suite's problems), labelled so, with what was
-   measured. Skipped when the time left is too short.
+   measured. Started only with about SUITE_SECONDS_PER_PROBLEM a problem left, always from an
+   empty store, and kept only once both modes are measured (a cut sample records nothing).
 4. The baseline store is exported to OUTDIR/NAME-baselines.json: `solforge baselines import`
    on a fresh machine starts it warm.
 
@@ -38,6 +39,7 @@ import datetime
 import itertools
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -69,6 +71,11 @@ from solforge.storage import open_store  # noqa: E402
 PROBLEMS = ("l1/rmsnorm_llama3_1_8b", "l1/layernorm_whisper_large_v3", "l1/swiglu_llama3_1_8b",
             "l1/rope_cos_sin_cache_qwen3_32b")
 MARGIN_S = 20.0
+# Seconds one sampled problem takes through `bench`, cold then warm (H200, 2026-12-01b: about
+# 70 s cold for the 6-workload RMSNorm with the shared area, 15-35 s warm). A suite sample cut
+# by the call's limit records nothing, so it starts only with this much time per problem left
+# (the default sample of 4 fits in one 540 s call).
+SUITE_SECONDS_PER_PROBLEM = {"cuda": 100.0, "cpu": 20.0}
 GOAL = {"gpu_seconds_per_candidate": 0.5, "suite_cold_minutes": 30.0, "suite_warm_minutes": 10.0}
 
 
@@ -190,8 +197,9 @@ def _problem_file(call: Call, store_name: str, address: str) -> Path:
     return call.state / f"{Path(store_name).stem}-{address.replace('/', '--')}.json"
 
 
-def suite(call: Call) -> dict[str, Any]:
-    """`solforge bench` on a sample of the suite, cold then warm; extrapolated to the suite."""
+def suite(call: Call) -> dict[str, Any] | None:
+    """`solforge bench` on a sample of the suite, cold then warm; extrapolated to the suite.
+    None when too little time is left to measure it."""
     every = bundled_problem_dirs()
     found = find_solutions(solution_folders([], bundled=True))
     with_solutions = [f for f in every if f.name in found.by_definition]
@@ -199,7 +207,16 @@ def suite(call: Call) -> dict[str, Any]:
     sample = list(dict.fromkeys([*with_solutions[:max(1, call.suite_sample // 3)],
                                  *every[::step]]))[:call.suite_sample]
     planned = plan_problems([str(f) for f in sample], found, call.device)
+    needed = SUITE_SECONDS_PER_PROBLEM[call.device] * len(planned)
+    if call.left() < needed + MARGIN_S:
+        log(f"suite: not started, about {needed:.0f} s needed and {call.left():.0f} s left; "
+            "run the same command again")
+        return None
     cache = call.state / "suite-cache"
+    # Cold means cold: nothing from a sample an earlier call started and did not finish.
+    shutil.rmtree(cache, ignore_errors=True)
+    for mode in ("cold", "warm"):
+        (call.state / f"suite-{mode}.db").unlink(missing_ok=True)
     measured = {}
     for mode in ("cold", "warm"):
         if call.left() < MARGIN_S + 10:
@@ -265,8 +282,14 @@ def run(call: Call) -> dict[str, Any]:
     # `--problems` searches only the new ones and sums them with the earlier ones.
     log(f"optimizer: {call.left():.0f} s left")
     now = search(call, list(call.problems), call.candidates, "forge.db", partial)
-    sampled = stage(call, "suite", lambda: suite(call)) if call.suite_sample else None
+    sampled = (stage(call, "suite", lambda: suite(call), finished=_both_modes)
+               if call.suite_sample else None)
     return write_record(call, old, now, sampled)
+
+
+def _both_modes(sampled: dict[str, Any] | None) -> bool:
+    """A suite sample is kept only once measured cold and warm (else the next call redoes it)."""
+    return sampled is not None and sampled["warm_minutes"] is not None
 
 
 def _so_far(call: Call) -> dict[str, Any]:
@@ -280,10 +303,10 @@ def write_record(call: Call, old: dict[str, Any] | None, now: dict[str, Any] | N
                  sampled: dict[str, Any] | None) -> dict[str, Any]:
     """Write OUTDIR/NAME-throughput.json from the stages measured so far."""
     exported = call.out / f"{call.name}-baselines.json"
-    count = 0
-    for folder in (call.cache, call.state / "suite-cache"):
-        if (folder / "baselines.jsonl").is_file():
-            count = export_baselines(BaselineCache(folder / "baselines.jsonl"), exported)
+    stores = [BaselineCache(folder / "baselines.jsonl")
+              for folder in (call.cache, call.state / "suite-cache")
+              if (folder / "baselines.jsonl").is_file()]
+    count = export_baselines(stores, exported) if stores else 0
     record = {
         "what": "evaluation throughput on one GPU: seconds per judged optimizer candidate, the "
                 "suite's minutes, and where the time goes",
@@ -329,7 +352,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--candidates", type=int, default=72)
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
     parser.add_argument("--before", type=int, default=3)
-    parser.add_argument("--suite-sample", type=int, default=6)
+    parser.add_argument("--suite-sample", type=int, default=4)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--name", default="h200")
     args = parser.parse_args(argv)

@@ -134,6 +134,23 @@ def test_throughput_keeps_each_problem_and_goes_on_from_the_next(tmp_path, monke
     assert not record["complete"] and record["candidates"] == 2
 
 
+def test_a_suite_sample_without_the_time_for_it_is_not_started_nor_kept(tmp_path, monkeypatch):
+    """A sample cut by the call's limit would record nothing: it is not started, no result is
+    kept, and the next call starts it again."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("throughput_gpu", THROUGHPUT_SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, script)
+    spec.loader.exec_module(script)
+    call = script.Call(tmp_path, tmp_path / "state", "cpu", "cpu", 4, ("l1/a",), 0, 3,
+                       time.monotonic() + 50)  # three problems need about 60 s, plus a margin
+    call.state.mkdir()
+    assert script.stage(call, "suite", lambda: script.suite(call),
+                        finished=script._both_modes) is None
+    assert not (call.state / "suite.json").exists()
+
+
 EXAMPLES_SCRIPT = REPO / "benchmarks" / "examples_gpu.py"
 EXAMPLES = REPO / "tests" / "fixtures" / "examples"
 

@@ -140,6 +140,9 @@ def test_baselines_export_and_import_resign_for_another_machine(tmp_path):
     assert import_baselines(target, exported) == 2
     assert import_baselines(target, exported) == 0  # already there
     assert target.get("k2") == 0.5
+    other = BaselineCache(tmp_path / "c.jsonl", KEY)  # a second store: both go into one file
+    other.put("k3", {"definition": "q", "workload": "w1", "kind": "eager"}, 2.0)
+    assert export_baselines([source, other], exported) == 3
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "solforge-baselines/1",
                                "baselines": [{"key": "x", "median_ms": -1}]}))

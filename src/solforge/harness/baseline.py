@@ -125,9 +125,13 @@ class BaselineCache:
                 out.write(json.dumps({**body, "mac": _mac(signing, body)}) + "\n")
 
 
-def export_baselines(cache: BaselineCache, out: Path) -> int:
-    """Write the verified entries to `out` as one JSON document; how many."""
-    entries = sorted(cache.entries().values(),
+def export_baselines(cache: BaselineCache | list[BaselineCache], out: Path) -> int:
+    """Write the verified entries of one store, or of several merged by key (a later store's
+    entry wins), to `out` as one JSON document; how many."""
+    merged: dict[str, dict] = {}
+    for store in cache if isinstance(cache, list) else [cache]:
+        merged.update(store.entries())
+    entries = sorted(merged.values(),
                      key=lambda e: (str(e.get("definition")), str(e.get("workload")),
                                     str(e.get("kind"))))
     bare = [{k: v for k, v in e.items() if k != "mac"} for e in entries]
