@@ -8,8 +8,9 @@ shares with the harness, so that it cannot see or change the harness's work betw
   classes they define), of `time`, `os`, `builtins`, `torch`, the profiler modules and the
   stdlib modules the channel uses, and of the classes the measurement relies on, is snapshotted
   before the candidate is imported and compared by identity (`is`); so are `sys.modules`
-  entries, the trace/profile hooks, and the instance state of the harness's own objects (a
-  guard hook set to None, a wrapped `send`, a swapped record);
+  entries, the type of each watched module and harness object (a `__class__` set to a subclass
+  that answers attribute lookups itself), the trace/profile hooks, and the instance state of
+  the harness's own objects (a guard hook set to None, a wrapped `send`, a swapped record);
 - hooks that see the harness's tensors: PyTorch dispatcher entries of the ops the harness runs
   (a `torch.library` kernel that replaces `copy_` or the random-number kernels, bit for bit the
   same numbers), Python kernels on those ops, the TorchFunctionMode and TorchDispatchMode stacks,
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import operator
 import os
 import sys
 import sysconfig
@@ -92,13 +94,37 @@ def _watched_classes() -> dict[str, type]:
             "threading.Thread": threading.Thread, "DeviceContext": DeviceContext}
 
 
+@dataclass(frozen=True, slots=True)  # no instance dict: no attribute can shadow `changed`
+class Namespace:
+    """The watched names of one module or class: its namespace (a module's `__dict__` and a
+    class's mapping proxy are live views that cannot be replaced) and what each name held."""
+
+    label: str
+    names: dict[str, Any]  # vars(owner), live
+    attributes: tuple[str, ...]
+    values: tuple[Any, ...]
+
+    def changed(self) -> list[str]:
+        """The names bound to another object now; the common case (none) without a Python
+        loop: the lookups and identity tests run in C (a check follows every call)."""
+        now = tuple(map(self.names.get, self.attributes))  # a missing name reads None
+        if not any(map(operator.is_not, now, self.values)):
+            return []
+        return [f"{self.label}.{a}" for a, v, w in zip(self.attributes, now, self.values)
+                if v is not w]
+
+
 class IdentitySnapshot:
-    """The objects bound to every watched name, to be compared by identity later."""
+    """The objects bound to every watched name, to be compared by identity later, and the
+    type of every watched module and pinned object: a module's `__class__` can be set to a
+    subclass whose `__getattribute__` answers `time.perf_counter` with something else while
+    the module's namespace still holds the original."""
 
     def __init__(self, module_names: Iterable[str] = WATCHED_MODULES) -> None:
         self.modules = {name: importlib.import_module(name) for name in module_names}
-        self.bindings: dict[str, tuple[Any, str, Any]] = {}
-        self.pinned: dict[str, tuple[Any, dict[str, Any]]] = {}
+        self.module_types = {name: type(module) for name, module in self.modules.items()}
+        self.namespaces: list[Namespace] = []
+        self.pinned: dict[str, tuple[Any, type, dict[str, Any], frozenset[str]]] = {}
         for name, module in self.modules.items():
             self._take(name, module)
         for name, cls in _watched_classes().items():
@@ -106,28 +132,34 @@ class IdentitySnapshot:
         self.trace_hooks = _trace_hooks()
 
     def _take(self, label: str, owner: ModuleType | type) -> None:
+        watched = {}
         for attribute, value in list(vars(owner).items()):
             if callable(value) or isinstance(value, (staticmethod, classmethod, property)):
-                self.bindings[f"{label}.{attribute}"] = (owner, attribute, value)
+                watched[attribute] = value
             if isinstance(owner, ModuleType) and _defined_by_harness(value, owner):
                 self._take(f"{label}.{attribute}", value)  # the harness's own classes' methods
+        self.namespaces.append(Namespace(label, vars(owner), tuple(watched),
+                                         tuple(watched.values())))
 
     def pin(self, label: str, instance: object, mutable: Iterable[str] = ()) -> None:
-        """Watch an object of the harness: every attribute but `mutable` (counters) must keep
-        its identity, and none may be added or removed."""
+        """Watch an object of the harness: its type, and every attribute but `mutable`
+        (counters) must keep its identity, and none may be added or removed."""
         state = {k: v for k, v in vars(instance).items() if k not in set(mutable)}
-        self.pinned[label] = (instance, state, frozenset(mutable))
+        self.pinned[label] = (instance, type(instance), state, frozenset(mutable))
 
     def changed(self) -> list[str]:
-        """Names now bound to another object (or gone), modules swapped, trace hooks set,
-        harness objects altered."""
-        found = [label for label, (owner, attribute, value) in self.bindings.items()
-                 if vars(owner).get(attribute, _MISSING) is not value]
+        """Names now bound to another object (or gone), modules swapped or given another type,
+        trace hooks set, harness objects altered."""
+        found = [label for namespace in self.namespaces for label in namespace.changed()]
         found += [f"sys.modules[{name!r}]" for name, module in self.modules.items()
                   if sys.modules.get(name) is not module]
+        found += [f"type({name})" for name, module in self.modules.items()
+                  if type(module) is not self.module_types[name]]
         if _trace_hooks() != self.trace_hooks:
             found.append("sys.settrace/sys.setprofile/threading hooks")
-        for label, (instance, state, mutable) in self.pinned.items():
+        for label, (instance, kind, state, mutable) in self.pinned.items():
+            if type(instance) is not kind:
+                found.append(f"type({label})")
             now = {k: v for k, v in vars(instance).items() if k not in mutable}
             found += [f"{label}.{k}" for k in state.keys() | now.keys()
                       if now.get(k, _MISSING) is not state.get(k, _MISSING)]
@@ -164,7 +196,15 @@ class HookSnapshot:
 
     def changed(self) -> list[str]:
         now = self.take()
-        return [name for name, value in now.items() if value != self.state.get(name)]
+        return [name for name, value in now.items() if not _same(value, self.state.get(name))]
+
+
+def _same(now: Any, then: Any) -> bool:
+    """Equal state; kernels (dicts) by the identity of each function, never by an `==` that a
+    registered object could answer itself."""
+    if isinstance(now, dict) and isinstance(then, dict):
+        return now.keys() == then.keys() and all(now[key] is then[key] for key in then)
+    return now == then
 
 
 def _dispatch_dump(op: str) -> str | None:
@@ -174,16 +214,16 @@ def _dispatch_dump(op: str) -> str | None:
         return None  # no such overload in this PyTorch
 
 
-def _python_kernels(op: str) -> tuple[str, ...]:
-    """Python kernels registered on the op's overload (`py_impl`), by dispatch key."""
+def _python_kernels(op: str) -> dict[Any, Any]:
+    """Python kernels registered on the op's overload (`py_impl`), by dispatch key (a copy:
+    the functions themselves, compared by identity)."""
     name, _, overload = op.removeprefix("aten::").partition(".")
     try:
         packet = getattr(torch.ops.aten, name)
         handle = getattr(packet, overload or "default")
     except (AttributeError, RuntimeError):
-        return ()
-    kernels = getattr(handle, "py_kernels", {})
-    return tuple(sorted(f"{key}={id(fn)}" for key, fn in kernels.items()))
+        return {}
+    return dict(getattr(handle, "py_kernels", {}))
 
 
 def _function_modes() -> tuple[str, ...]:
