@@ -26,7 +26,9 @@
 # HARNESS_PARTS (default: all) picks the parts of benchmarks/harness_gpu.py the harness stage runs.
 #
 # A stage whose result file is already in OUTDIR is skipped, so a run cut short by a time limit
-# resumes where it stopped. suite, forge and hgemm are long: each call works until
+# resumes where it stopped. The stages that time baselines (suite, forge, examples, libraries)
+# start from the committed benchmarks/results/h200-baselines.json and export the store to
+# OUTDIR/h200-baselines.json when they end (throughput keeps its own store and export). suite, forge and hgemm are long: each call works until
 # DEADLINE_S seconds (default 540) and the next call of the same stage goes on from its store.
 # Works from a source checkout without installing: src/ goes on PYTHONPATH.
 set -uo pipefail
@@ -89,6 +91,12 @@ import_baselines() {  # [--cache-dir DIR]: the committed H200 baselines, so a fr
     "$python" -m solforge baselines import "$file" "$@" || echo "(baselines not imported)"
 }
 
+export_baselines() {  # what the default store holds now (the committed ones and those measured
+    # here) to OUTDIR/h200-baselines.json: commit it, and the next machine starts warmer
+    "$python" -m solforge baselines export "$out/h200-baselines.json" \
+        || echo "(baselines not exported)"
+}
+
 stage_throughput() {
     # Goes on from the committed state (the stages and problems measured in earlier sessions).
     local state="$out/throughput/h200-throughput-state"
@@ -104,12 +112,14 @@ stage_suite() {
     import_baselines
     "$python" benchmarks/suite_gpu.py "$out/suite" all --deadline-s "$deadline" \
         2>&1 | tee -a "$out/suite.log"
+    export_baselines
 }
 
 stage_forge() {
     import_baselines
     "$python" benchmarks/forge_gpu.py "$out/forge" --deadline-s "$deadline" \
         2>&1 | tee -a "$out/forge.log"
+    export_baselines
 }
 
 stage_hgemm() {
@@ -133,18 +143,22 @@ seed_from_results() {  # FILE DEST: a resumable stage goes on from its committed
 
 stage_examples() {
     seed_from_results h200-examples.json "$out/examples.json"
+    import_baselines
     # shellcheck disable=SC2086
     local again=()
     for text in ${EXAMPLES_AGAIN:-}; do again+=(--again "$text"); done
     "$python" benchmarks/examples_gpu.py ${EXAMPLES:?set EXAMPLES to the example folders} \
         -o "$out/examples.json" --deadline-s "$deadline" "${again[@]}" 2>&1 \
         | tee -a "$out/examples.log"
+    export_baselines
 }
 
 stage_libraries() {
     seed_from_results h200-library-baselines.json "$out/library-baselines.json"
+    import_baselines
     "$python" benchmarks/library_baselines_gpu.py -o "$out/library-baselines.json" \
         --deadline-s "$deadline" 2>&1 | tee -a "$out/libraries.log"
+    export_baselines
 }
 
 stage_phases() {

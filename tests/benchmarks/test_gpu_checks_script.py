@@ -14,20 +14,23 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "run_gpu_checks.sh"
 
 
-def _stage(tmp_path: Path, stage: str) -> tuple[str, object]:
+def _stage(tmp_path: Path, stage: str, **env: str) -> tuple[str, object, list[str]]:
     """Run one stage with a stand-in interpreter that records the output file it was given
-    (`-o FILE`) and that file's content when the script called it; returns both."""
-    record = tmp_path / "seen.txt"
+    (`-o FILE`) and that file's content when the script called it, and every command line;
+    returns the three."""
+    record, calls = tmp_path / "seen.txt", tmp_path / "calls.txt"
     python = tmp_path / "python"
-    python.write_text('#!/usr/bin/env bash\nwhile [ $# -gt 0 ]; do\n  if [ "$1" = -o ]; then\n'
-                      '    echo "$2" > "$SEEN"; cat "$2" >> "$SEEN"\n  fi; shift\ndone\n')
+    python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\nwhile [ $# -gt 0 ]; do\n'
+                      '  if [ "$1" = -o ]; then\n    echo "$2" > "$SEEN"; cat "$2" >> "$SEEN"\n'
+                      '  fi; shift\ndone\n')
     python.chmod(0o755)
-    env = {**os.environ, "PYTHON": str(python), "SEEN": str(record), "EXAMPLES": "x"}
+    env = {**{k: v for k, v in os.environ.items() if k != "EXAMPLES_AGAIN"}, "EXAMPLES": "x",
+           "PYTHON": str(python), "SEEN": str(record), "CALLS": str(calls), **env}
     done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), stage], env=env,
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     path, _, content = record.read_text().partition("\n")
-    return path, json.loads(content)
+    return path, json.loads(content), calls.read_text().splitlines()
 
 
 @pytest.mark.parametrize(("stage", "committed", "name"), [
@@ -35,12 +38,21 @@ def _stage(tmp_path: Path, stage: str) -> tuple[str, object]:
     ("libraries", "h200-library-baselines.json", "library-baselines.json"),
 ])
 def test_a_resumable_stage_starts_from_the_committed_store(tmp_path, stage, committed, name):
-    path, content = _stage(tmp_path, stage)
+    path, content, calls = _stage(tmp_path, stage)
     assert path == str(tmp_path / "out" / name)
     assert content == json.loads((REPO / "benchmarks/results" / committed).read_text())
+    # the committed baselines go in first and the store comes out after, for the next machine
+    assert calls[0] == "-m solforge baselines import benchmarks/results/h200-baselines.json"
+    assert calls[-1] == f"-m solforge baselines export {tmp_path / 'out' / 'h200-baselines.json'}"
 
 
 def test_a_store_already_in_the_output_folder_is_kept(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "examples.json").write_text('{"examples": []}')
     assert _stage(tmp_path, "examples")[1] == {"examples": []}
+
+
+def test_examples_again_is_passed_on(tmp_path):
+    calls = _stage(tmp_path, "examples", EXAMPLES_AGAIN="cute_dsl cutile")[2]
+    (script,) = [c for c in calls if "examples_gpu.py" in c]
+    assert script.endswith("--again cute_dsl --again cutile")
