@@ -569,6 +569,16 @@ def test_the_summary_gives_the_goal_numbers():
     assert summary["goal"]["slower_than_fixed_noise"]["offline"]["kernel"] == 1
 
 
+def test_the_summary_dates_span_the_calls_that_measured_its_rows():
+    first, last = (replace(row(Shape(64, 64, 64 * n), 1.0, 1.0),
+                           environment={"gpu": "NVIDIA H200", "date": date})
+                   for n, date in ((1, "2026-12-02T00:38"), (2, "2026-12-01T16:24")))
+    summary = summarize_bench([first, last], Table())
+    assert summary["environment"]["date"] == "2026-12-01T16:24"
+    assert summary["environment"]["last_date"] == "2026-12-02T00:38"
+    assert "date 2026-12-01T16:24, last_date 2026-12-02T00:38" in markdown(summary, [first, last])
+
+
 def test_slower_beyond_noise_allows_for_the_scatter_each_run_measured():
     shape = Shape(1, 4096, 4096, "bfloat16", "nt")
     times = {"kernel": {"dispatch": 1.05, "torch": 1.0}, "graph": {"dispatch": 1.05,

@@ -319,7 +319,7 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02,
             "decode_large_weight_at_90_percent_hbm": sum((d["dispatch"] or 0) >= 0.9
                                                          for d in decode),
         },
-        "environment": rows[0].environment if rows else {},
+        "environment": _environment(rows),
     }
 
 
@@ -490,8 +490,17 @@ def markdown(summary: dict[str, Any], rows: Sequence[BenchRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _environment(rows: Sequence[BenchRow]) -> dict[str, Any]:
+    """The first row's environment, with the first and the last date of all rows: a store
+    grown over several calls spans their days."""
+    if not rows:
+        return {}
+    dates = sorted(str(row.environment["date"]) for row in rows if row.environment.get("date"))
+    return {**rows[0].environment, **({"date": dates[0], "last_date": dates[-1]} if dates else {})}
+
+
 def _environment_line(env: dict[str, Any]) -> str:
-    keys = ("date", "gpu", "sm_count", "torch", "triton", "cuda", "nvmath")
+    keys = ("date", "last_date", "gpu", "sm_count", "torch", "triton", "cuda", "nvmath")
     return ", ".join(f"{key} {env.get(key)}" for key in keys)
 
 
