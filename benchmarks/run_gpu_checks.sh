@@ -26,10 +26,11 @@
 # HARNESS_PARTS (default: all) picks the parts of benchmarks/harness_gpu.py the harness stage runs.
 #
 # A stage whose result file is already in OUTDIR is skipped, so a run cut short by a time limit
-# resumes where it stopped. The stages that time baselines (suite, forge, examples, libraries)
-# start from the committed benchmarks/results/h200-baselines.json and export the store to
-# OUTDIR/h200-baselines.json when they end (throughput keeps its own store and export). suite, forge and hgemm are long: each call works until
-# DEADLINE_S seconds (default 540) and the next call of the same stage goes on from its store.
+# resumes where it stopped. suite, forge and hgemm are long: each call works until DEADLINE_S
+# seconds (default 540) and the next call of the same stage goes on from its store. The stages
+# that time baselines (suite, forge, examples, libraries) start from the committed
+# benchmarks/results/h200-baselines.json and export the store to OUTDIR/h200-baselines.json when
+# they end (throughput keeps its own store and export).
 # Works from a source checkout without installing: src/ goes on PYTHONPATH.
 set -uo pipefail
 out=${1:?usage: benchmarks/run_gpu_checks.sh OUTDIR [STAGE ...]}
@@ -144,9 +145,9 @@ seed_from_results() {  # FILE DEST: a resumable stage goes on from its committed
 stage_examples() {
     seed_from_results h200-examples.json "$out/examples.json"
     import_baselines
-    # shellcheck disable=SC2086
     local again=()
     for text in ${EXAMPLES_AGAIN:-}; do again+=(--again "$text"); done
+    # shellcheck disable=SC2086
     "$python" benchmarks/examples_gpu.py ${EXAMPLES:?set EXAMPLES to the example folders} \
         -o "$out/examples.json" --deadline-s "$deadline" "${again[@]}" 2>&1 \
         | tee -a "$out/examples.log"

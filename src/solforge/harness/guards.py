@@ -40,7 +40,7 @@ import sysconfig
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -100,7 +100,7 @@ class Namespace:
     class's mapping proxy are live views that cannot be replaced) and what each name held."""
 
     label: str
-    names: dict[str, Any]  # vars(owner), live
+    names: Mapping[str, Any]  # vars(owner), live
     attributes: tuple[str, ...]
     values: tuple[Any, ...]
 
