@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -347,6 +348,47 @@ def test_identity_snapshot_sees_a_replaced_function():
         assert "time.perf_counter" in snapshot.changed()
     finally:
         time.perf_counter = original
+    assert snapshot.changed() == []
+
+
+def test_identity_snapshot_sees_a_profiler_record_method_replaced():
+    """The GPU timer reads kernel spans from the profiler's `_KinetoEvent` records: a pybind
+    method reassigned from Python (to shrink every span) is a replaced function."""
+    event = torch._C._autograd._KinetoEvent
+    snapshot = IdentitySnapshot(["time"])
+    original = event.start_ns
+    try:
+        event.start_ns = lambda self: 0
+        assert "_KinetoEvent.start_ns" in snapshot.changed()
+    finally:
+        event.start_ns = original
+    assert snapshot.changed() == []
+
+
+def test_identity_snapshot_sees_a_module_or_object_given_another_class():
+    class Link:
+        def send(self):
+            return None
+
+    class Halving(Link):
+        def send(self):
+            return None
+
+    link = Link()
+    snapshot = IdentitySnapshot(["time"])
+    snapshot.pin("link", link)
+    link.__class__ = Halving
+    assert snapshot.changed() == ["type(link)"]
+    link.__class__ = Link
+
+    class Slow(types.ModuleType):
+        pass
+
+    time.__class__ = Slow
+    try:
+        assert snapshot.changed() == ["type(time)"]
+    finally:
+        time.__class__ = types.ModuleType
     assert snapshot.changed() == []
 
 

@@ -83,15 +83,30 @@ class Violation:
 
 
 def _watched_classes() -> dict[str, type]:
-    from torch.autograd.profiler import record_function
+    """The classes whose methods the measurement calls. The profiler's own result classes are
+    among them: the GPU timer reads each kernel's start and end from `_KinetoEvent` records, a
+    pybind class whose methods Python can reassign (`start_ns = lambda self: ...` would shrink
+    every kernel)."""
+    from torch.autograd import profiler as autograd_profiler
     from torch.profiler import profile
+    from torch.profiler import profiler as kineto_profiler
     from torch.utils._device import DeviceContext
 
-    return {"torch.Tensor": torch.Tensor, "torch._C.TensorBase": torch._C.TensorBase,
-            "torch.cuda.Event": torch.cuda.Event,
-            "torch.cuda.Stream": torch.cuda.Stream, "torch.cuda.CUDAGraph": torch.cuda.CUDAGraph,
-            "torch.profiler.profile": profile, "record_function": record_function,
-            "threading.Thread": threading.Thread, "DeviceContext": DeviceContext}
+    classes = {"torch.Tensor": torch.Tensor, "torch._C.TensorBase": torch._C.TensorBase,
+               "torch.cuda.Event": torch.cuda.Event,
+               "torch.cuda.Stream": torch.cuda.Stream,
+               "torch.cuda.CUDAGraph": torch.cuda.CUDAGraph,
+               "torch.profiler.profile": profile,
+               "record_function": autograd_profiler.record_function,
+               "torch.autograd.profiler.profile": autograd_profiler.profile,
+               "threading.Thread": threading.Thread, "DeviceContext": DeviceContext}
+    for label, owner, name in (("_KinetoProfile", kineto_profiler, "_KinetoProfile"),
+                               ("_ProfilerResult", torch._C._autograd, "_ProfilerResult"),
+                               ("_KinetoEvent", torch._C._autograd, "_KinetoEvent")):
+        found = getattr(owner, name, None)  # private: present in the PyTorch builds we run
+        if isinstance(found, type):
+            classes[label] = found
+    return classes
 
 
 @dataclass(frozen=True, slots=True)  # no instance dict: no attribute can shadow `changed`
