@@ -6,11 +6,12 @@ driver recomputes every statistic. These checks catch what a candidate does to t
 shares with the harness, so that it cannot see or change the harness's work between calls:
 - monkey-patching: every callable of the timing, channel, guards and worker modules (and of the
   classes they define), of `time`, `os`, `builtins`, `torch`, the profiler modules and the
-  stdlib modules the channel uses, and of the classes the measurement relies on, is snapshotted
-  before the candidate is imported and compared by identity (`is`); so are `sys.modules`
-  entries, the type of each watched module and harness object (a `__class__` set to a subclass
-  that answers attribute lookups itself), the trace/profile hooks, and the instance state of
-  the harness's own objects (a guard hook set to None, a wrapped `send`, a swapped record);
+  stdlib modules the channel and the timer use, and of the classes the measurement relies on
+  (the profiler's kernel records among them), is snapshotted before the candidate is imported
+  and compared by identity (`is`); so are `sys.modules` entries, the type of each watched
+  module and harness object (a `__class__` set to a subclass that answers attribute lookups
+  itself), the trace/profile hooks, and the instance state of the harness's own objects (a
+  guard hook set to None, a wrapped `send`, a swapped record);
 - hooks that see the harness's tensors: PyTorch dispatcher entries of the ops the harness runs
   (a `torch.library` kernel that replaces `copy_` or the random-number kernels, bit for bit the
   same numbers), Python kernels on those ops, the TorchFunctionMode and TorchDispatchMode stacks,
@@ -49,7 +50,8 @@ from typing import Any
 import torch
 
 WATCHED_MODULES = (
-    "time", "os", "io", "select", "struct", "json", "hmac", "hashlib", "builtins", "threading",
+    "time", "os", "io", "select", "struct", "json", "hmac", "hashlib", "secrets", "math",
+    "builtins", "threading",
     "torch", "torch.cuda", "torch.profiler", "torch.autograd.profiler", "torch.library",
     "torch.overrides", "solforge.measure.timing", "solforge.measure.clocks",
     "solforge.harness.channel", "solforge.harness.guards", "solforge.harness.worker",
