@@ -4,14 +4,15 @@ The worker belongs to the candidate from its first import, so nothing here decid
 alone: inputs come from the driver, outputs go to the driver the moment a call returns, and the
 driver recomputes every statistic. These checks catch what a candidate does to the process it
 shares with the harness, so that it cannot see or change the harness's work between calls:
-- monkey-patching: every callable of the timing, channel, guards and worker modules (and of the
-  classes they define), of `time`, `os`, `builtins`, `torch`, the profiler modules and the
-  stdlib modules the channel and the timer use, and of the classes the measurement relies on
-  (the profiler's kernel records among them), is snapshotted before the candidate is imported
-  and compared by identity (`is`); so are `sys.modules` entries, the type of each watched
-  module and harness object (a `__class__` set to a subclass that answers attribute lookups
-  itself), the trace/profile hooks, and the instance state of the harness's own objects (a
-  guard hook set to None, a wrapped `send`, a swapped record);
+- monkey-patching: every callable of solforge's modules loaded in the worker (timing, channel,
+  shared area, guards, worker...) and of the classes they define, of `time`, `os`, `builtins`,
+  `torch`, the profiler modules and the stdlib modules the channel and the timer use, and of
+  the classes the measurement relies on (the profiler's kernel records among them), is
+  snapshotted before the candidate is imported and compared by identity (`is`); so are
+  `sys.modules` entries, the type of each watched module and harness object (a `__class__` set
+  to a subclass that answers attribute lookups itself), the trace/profile hooks, and the
+  instance state of the harness's own objects (a guard hook set to None, a wrapped `send`, a
+  swapped record);
 - hooks that see the harness's tensors: PyTorch dispatcher entries of the ops the harness runs
   (a `torch.library` kernel that replaces `copy_` or the random-number kernels, bit for bit the
   same numbers), Python kernels on those ops, the TorchFunctionMode and TorchDispatchMode stacks,
@@ -54,8 +55,9 @@ WATCHED_MODULES = (
     "builtins", "threading",
     "torch", "torch.cuda", "torch.profiler", "torch.autograd.profiler", "torch.library",
     "torch.overrides", "solforge.measure.timing", "solforge.measure.clocks",
-    "solforge.harness.channel", "solforge.harness.guards", "solforge.harness.worker",
-    "solforge.harness.protocol", "solforge.problem.outputs",
+    "solforge.harness.channel", "solforge.harness.area", "solforge.harness.handover",
+    "solforge.harness.guards", "solforge.harness.worker", "solforge.harness.protocol",
+    "solforge.problem.outputs",
 )
 # The aten ops the worker runs on inputs and outputs (receive, copy to the device, poison,
 # compare, hand over) and the random-number kernels: a kernel registered over one of them sees
@@ -82,6 +84,14 @@ _AUDITED = ("sys.addaudithook", "sys.monitoring.register_callback")
 @dataclass(frozen=True)
 class Violation:
     message: str
+
+
+def _harness_modules() -> list[str]:
+    """Every solforge module loaded before the candidate: whatever of the harness runs in the
+    worker (the shared area's `write` hands outputs over after the timed window; a replaced one
+    could compute them there)."""
+    return sorted(name for name, module in list(sys.modules.items())
+                  if name.startswith("solforge.") and isinstance(module, ModuleType))
 
 
 def _watched_classes() -> dict[str, type]:
@@ -428,7 +438,7 @@ class Guards:
         self.device = device
         self.audit = AuditWatch()  # first: it sees every hook added after it
         self.thread_origins = ThreadOrigins()  # before the snapshot: its wrapper is watched too
-        self.identities = IdentitySnapshot()
+        self.identities = IdentitySnapshot((*WATCHED_MODULES, *_harness_modules()))
         self.hooks = HookSnapshot()
         self._changed = self.identities.changed  # bound now: patching the class later is seen
         self._hooks_changed = self.hooks.changed
