@@ -98,6 +98,8 @@ class Worker:
         self.reference_module = None
         self.handed_over: tuple[list[Any], str] | None = None  # last round's outputs, digest
         self.watched_late_writes = False
+        self.collector_was_on = gc.isenabled()  # restored once a call's outputs are handed over
+        self.collector_turned_on = False  # by the candidate, during its last call
 
     # -- setup -----------------------------------------------------------------------------
 
@@ -124,7 +126,7 @@ class Worker:
         """The harness's own objects keep their state: a guard hook set to None, a wrapped
         `send` or a swapped reader is seen after the next call."""
         guards.pin("worker", self, mutable=("function", "reference_module", "handed_over",
-                                            "watched_late_writes"))
+                                            "watched_late_writes", "collector_turned_on"))
         guards.pin("worker.link", self.link)
         guards.pin("worker.link.writer", self.link.writer, mutable=("sequence",))
         guards.pin("worker.link.reader", self.link.reader, mutable=("sequence",))
@@ -275,8 +277,11 @@ class Worker:
 
     def hand_over(self, kind: str, meta: dict[str, Any], outputs: list[Any],
                   slots: handover.OutputSlots | None) -> None:
-        """A call's outputs to the driver: into its slots (the frame says so), or in the frame."""
+        """A call's outputs to the driver: into its slots (the frame says so), or in the frame.
+        Then the garbage collector may run again (see `call`)."""
         self.link.send(kind, meta, outputs if slots is None else slots.fill(outputs))
+        if self.collector_was_on:
+            gc.enable()
 
     def returned(self) -> None:
         """A call has just returned: the guards start watching for work after it."""
@@ -302,15 +307,29 @@ class Worker:
         self._check_guards("after a wrong correctness round", children=False)
 
     def call(self, inputs: list[Any], buffers: OutputBuffers | None) -> Any:
-        """One call of the candidate, nothing else (it may be inside the timed window)."""
-        if buffers is not None:
-            self.function(*inputs, *buffers.tensors)
-            return buffers.tensors
-        return self.function(*inputs)
+        """One call of the candidate, nothing else (it may be inside the timed window).
+
+        The garbage collector is off from the call until its outputs are handed over: a
+        collection triggered by the harness's own allocations in between would run the
+        candidate's finalizers and gc callbacks after the call returned, where they could still
+        compute the outputs the harness is about to copy. A candidate that turns it back on
+        during the call is caught when its outputs are collected."""
+        gc.disable()
+        try:
+            if buffers is not None:
+                self.function(*inputs, *buffers.tensors)
+                return buffers.tensors
+            return self.function(*inputs)
+        finally:
+            self.collector_turned_on = gc.isenabled()
 
     def collect(self, workload: Workload, result: Any, buffers: OutputBuffers | None) -> list[Any]:
         """The outputs of a call, checked: exact types first (before touching a value: a lazy
         subclass runs code on access), then storage, device, shape and dtype."""
+        if self.collector_turned_on:
+            raise CandidateFault(Status.REWARD_HACK, "the garbage collector, off for the call, "
+                                 "was turned back on during it (a collection before the harness "
+                                 "copies the outputs would run the candidate's finalizers)")
         try:
             values = as_output_list(result, self.problem.definition)
         except OutputMismatch as exc:
