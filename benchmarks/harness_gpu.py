@@ -11,6 +11,7 @@
 - ncu:      kernel-only times (the harness's profiler method) against Nsight Compute's
             gpu__time_duration.sum for three kernels, ncu run with --clock-control none
             (SOLFORGE_NCU_PROBES=name,... picks some of them).
+SOLFORGE_FIXTURES=name,... limits the exploits part to those fixtures.
 Each part writes OUTDIR/harness_<part>.json and is skipped when that file exists, so a run cut
 short resumes where it stopped (the exploit part also resumes fixture by fixture).
 harness_summary.json gathers the pass/fail of each target; it is written last.
@@ -81,6 +82,9 @@ def exploits(out: Path) -> dict:
     base = EvalConfig(device="cuda", baseline="eager", cache_dir=out / "cache",
                       limits=Limits(setup_timeout_s=120.0, workload_timeout_s=120.0))
     fixtures = [f for f in load_fixtures(EXPLOITS) + load_fixtures(HONEST) if f.runs_on("cuda")]
+    picked = os.environ.get("SOLFORGE_FIXTURES")  # name,name: a subset (a smoke test)
+    if picked:
+        fixtures = [f for f in fixtures if f.name in picked.split(",")]
     for fixture in fixtures:
         if fixture.name in done:
             continue

@@ -51,9 +51,11 @@ from typing import Any
 
 import torch
 
+from solforge.harness import signals
+
 WATCHED_MODULES = (
     "time", "os", "io", "select", "struct", "json", "hmac", "hashlib", "secrets", "math",
-    "builtins", "threading",
+    "builtins", "threading", "signal",
     "torch", "torch.cuda", "torch.profiler", "torch.autograd.profiler", "torch.library",
     "torch.overrides", "solforge.measure.timing", "solforge.measure.clocks",
     "solforge.harness.channel", "solforge.harness.area", "solforge.harness.handover",
@@ -447,6 +449,7 @@ class Guards:
         self.collector_callbacks = tuple(gc.callbacks)  # hides nothing from this check
         self.forks = ForkCounter()
         self.after_return = WorkAfterReturn(self.thread_origins)
+        self.unblocked_at_start = signals.unblocked_threads()
         self.stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
 
     def pin(self, label: str, instance: object, mutable: Iterable[str] = ()) -> None:
@@ -479,6 +482,11 @@ class Guards:
         if self.forks.count:
             found.append(Violation(f"called os.fork {self.forks.count} time(s): a forked copy "
                                    "can compute outside the timed window"))
+        unblocked = self._unblocked_threads()
+        if unblocked:
+            found.append(Violation(f"a thread unblocked signals ({unblocked}), blocked in the "
+                                   "worker so that no signal handler runs after a call "
+                                   "returned"))
         busy = self.after_return.busy()
         if busy:
             found.append(Violation(f"background thread(s) did work after the call returned: "
@@ -490,6 +498,15 @@ class Guards:
         if self.stream is not None and torch.cuda.current_stream(self.device) != self.stream:
             found.append(Violation("left a side stream as the current CUDA stream"))
         return found
+
+
+    def _unblocked_threads(self) -> str:
+        """Threads that unblocked signals since the snapshot (a worker starts with every
+        signal blocked in every thread; elsewhere, what was unblocked then is left alone)."""
+        then = self.unblocked_at_start
+        now = [(tid, bits & ~then.get(tid, 0))
+               for tid, bits in signals.unblocked_threads().items() if bits & ~then.get(tid, 0)]
+        return "; ".join(f"thread {tid}: {signals.names(bits)}" for tid, bits in now[:3])
 
 
 def _wait_for_exit(pids: list[int], seconds: float) -> list[int]:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from solforge.harness import area
+from solforge.harness import area, signals
 from solforge.harness.process import kill_group, python_command, start
 from solforge.harness.sandbox import Sandbox
 
@@ -84,7 +84,8 @@ def spawn(env: dict[str, str], make_sandbox: SandboxMaker | None = None) -> Spaw
     env, cwd = {**env, PREWARM_ENV: "1"}, Path("/")
     if sandbox is not None:
         env, cwd = sandbox.env(env), Path(spec.cwd)
-    process = start(argv, env, cwd, pass_fds=passed)
+    with signals.children_start_blocked():  # the worker's every thread inherits the mask
+        process = start(argv, env, cwd, pass_fds=passed)
     os.close(result_write)
     os.close(command_read)
     return Spawned(process, result_read, command_write, time.monotonic(), sandbox, area_fd)

@@ -41,7 +41,7 @@ import torch
 from solforge.data.dtypes import storage_shape
 from solforge.data.trace import Status
 from solforge.data.workload import Workload
-from solforge.harness import handover, protocol
+from solforge.harness import handover, protocol, signals
 from solforge.harness.area import TO_DRIVER, TO_WORKER, Area
 from solforge.harness.channel import Frame, FrameReader, FrameWriter
 from solforge.harness.guards import Guards, Violation
@@ -100,6 +100,7 @@ class Worker:
         self.watched_late_writes = False
         self.collector_was_on = gc.isenabled()  # restored once a call's outputs are handed over
         self.collector_turned_on = False  # by the candidate, during its last call
+        self.signals_unblocked = 0  # the signals the last call unblocked (signals.py)
 
     # -- setup -----------------------------------------------------------------------------
 
@@ -126,7 +127,8 @@ class Worker:
         """The harness's own objects keep their state: a guard hook set to None, a wrapped
         `send` or a swapped reader is seen after the next call."""
         guards.pin("worker", self, mutable=("function", "reference_module", "handed_over",
-                                            "watched_late_writes", "collector_turned_on"))
+                                            "watched_late_writes", "collector_turned_on",
+                                            "signals_unblocked"))
         guards.pin("worker.link", self.link)
         guards.pin("worker.link.writer", self.link.writer, mutable=("sequence",))
         guards.pin("worker.link.reader", self.link.reader, mutable=("sequence",))
@@ -313,7 +315,9 @@ class Worker:
         collection triggered by the harness's own allocations in between would run the
         candidate's finalizers and gc callbacks after the call returned, where they could still
         compute the outputs the harness is about to copy. A candidate that turns it back on
-        during the call is caught when its outputs are collected."""
+        during the call is caught when its outputs are collected. So is one that unblocks
+        signals in this thread (blocked from the worker's start, so that no handler runs after
+        a call returned: signals.py); they are blocked again the moment it returns."""
         gc.disable()
         try:
             if buffers is not None:
@@ -321,11 +325,16 @@ class Worker:
                 return buffers.tensors
             return self.function(*inputs)
         finally:
+            self.signals_unblocked = signals.block()  # first: no handler may run after it
             self.collector_turned_on = gc.isenabled()
 
     def collect(self, workload: Workload, result: Any, buffers: OutputBuffers | None) -> list[Any]:
         """The outputs of a call, checked: exact types first (before touching a value: a lazy
         subclass runs code on access), then storage, device, shape and dtype."""
+        if self.signals_unblocked:
+            raise CandidateFault(Status.REWARD_HACK, "the call unblocked signals "
+                                 f"({signals.names(self.signals_unblocked)}), blocked in the "
+                                 "worker so that no signal handler runs after a call returned")
         if self.collector_turned_on:
             raise CandidateFault(Status.REWARD_HACK, "the garbage collector, off for the call, "
                                  "was turned back on during it (a collection before the harness "

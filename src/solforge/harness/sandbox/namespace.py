@@ -54,6 +54,8 @@ def _exit_like(status: int) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler
             signal.signal(number, signal.SIG_DFL)
+        # A worker starts with every signal blocked (harness/signals.py), this process too.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [number])
         os.kill(os.getpid(), number)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 

@@ -1,0 +1,100 @@
+"""The worker's signal mask: no signal handler of the candidate runs after a call returned.
+
+Python runs a signal handler in the main thread between two bytecodes, wherever the
+interpreter is. A timer the candidate sets at the end of a call (`setitimer`, `alarm`,
+`timer_create`, a child that sends a signal later) would run its handler in the harness after
+the call returned, where it could compute the outputs the harness is about to copy, outside
+the timed window. Python's own handler only flags the signal; it may be delivered to any
+thread that leaves it unblocked, and the main thread then runs the Python handler anyway. So
+every signal is blocked in every thread of the worker from its first instruction:
+- the driver starts each worker with them blocked (`children_start_blocked`): a child inherits
+  its parent's mask across fork and exec, and every thread its creator's, the interpreter's,
+  torch's and the CUDA driver's threads included;
+- a blocked signal stays pending and runs no handler, so a timer set during a call does
+  nothing (the output it was to compute is left as it was);
+- the call may unblock signals in its own thread: `block()`, the first thing after it returns,
+  blocks them again and says which were unblocked (a handler that ran before that ran inside
+  the call, its work timed with it);
+- a thread that unblocks signals for itself is seen in /proc (`unblocked_threads`).
+SIGKILL and SIGSTOP cannot be blocked and run no handler. A fault (SIGSEGV, SIGBUS, SIGFPE,
+SIGILL) raised by the faulting instruction is delivered even when blocked: the kernel ends
+the process with it, as it would anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+from collections.abc import Iterator
+
+BLOCKED = frozenset(int(s) for s in signal.valid_signals()) - {int(signal.SIGKILL),
+                                                               int(signal.SIGSTOP)}
+BLOCKED_BITS = sum(1 << (n - 1) for n in BLOCKED)  # bit n-1: signal n, as the kernel counts
+# glibc's sigset_t is 1024 bits; Linux's signals (1-64) are all in its first 64-bit word.
+_SIGSET = ctypes.c_uint64 * 16
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@contextlib.contextmanager
+def children_start_blocked() -> Iterator[None]:
+    """Every signal blocked in this thread for the block: a child started in it starts with
+    them blocked (the driver's own mask is restored after)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def block() -> int:
+    """Block every signal in this thread; the bits of those that were unblocked until now.
+
+    It runs between a call's return and the end of its timed window, so it calls libc
+    directly (a few microseconds; `signal.pthread_sigmask` builds an enum per blocked signal,
+    hundreds of microseconds)."""
+    old = _SIGSET()
+    if _libc.pthread_sigmask(signal.SIG_BLOCK, ctypes.byref(_SIGSET(BLOCKED_BITS)),
+                             ctypes.byref(old)) != 0:
+        raise OSError(ctypes.get_errno(), "pthread_sigmask failed")
+    return BLOCKED_BITS & ~old[0]
+
+
+def unblocked_threads() -> dict[int, int]:
+    """The threads of this process (by native id) that leave a signal unblocked, and the bits
+    of those signals, from each thread's SigBlk in /proc."""
+    found = {}
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            mask = _blocked_mask(f"/proc/self/task/{tid}/status")
+            if mask is not None and BLOCKED_BITS & ~mask:
+                found[int(tid)] = BLOCKED_BITS & ~mask
+    return found
+
+
+def _blocked_mask(status_file: str) -> int | None:
+    """The SigBlk field of a /proc status file (None when the thread ended meanwhile)."""
+    try:
+        fd = os.open(status_file, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 8192)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    at = text.find(b"\nSigBlk:")
+    return int(text[at + 9:text.index(b"\n", at + 1)], 16) if at >= 0 else None
+
+
+def names(bits: int) -> str:
+    """'SIGALRM, SIGUSR1' for a mask's bits (real-time signals as SIGRTMIN+k)."""
+    found = []
+    for number in (n for n in range(1, 65) if bits >> (n - 1) & 1):
+        try:
+            found.append(signal.Signals(number).name)
+        except ValueError:
+            found.append(f"SIGRTMIN+{number - signal.SIGRTMIN}")
+    return ", ".join(found)
