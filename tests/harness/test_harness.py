@@ -650,6 +650,26 @@ def test_live_children_finds_a_running_subprocess():
     assert child.pid not in live_children()
 
 
+def test_live_children_lists_agree_with_the_scan_and_skip_zombies(monkeypatch):
+    """The kernel's per-thread children lists and the scan of every process find the same
+    children; an exited child not yet reaped is not live."""
+    from solforge.harness import guards
+
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        while guards._live_parent(exited.pid) is not None:
+            time.sleep(0.01)  # a zombie until waited for
+        listed = live_children()
+        monkeypatch.setattr(guards, "_listed_children", lambda pid: None)
+        assert sorted(live_children()) == sorted(listed)
+        assert running.pid in listed and exited.pid not in listed
+    finally:
+        running.kill()
+        running.wait()
+        exited.wait()
+
+
 def test_floor_and_score():
     sol = SpeedOfLight(t_sol_ms=1.0, floor_ms=0.8, bound="memory", hardware="H200")
     assert below_floor(0.5, sol) is not None and below_floor(0.9, sol) is None
