@@ -90,9 +90,27 @@ def test_unblocked_threads_reads_each_threads_mask():
     assert signals.names(found[tid]) == "SIGUSR1"
 
 
-def test_guards_flag_a_thread_that_unblocks_after_the_snapshot():
+def test_guards_flag_a_thread_that_unblocks_a_signal_with_a_new_handler():
     guards = Guards(torch.device("cpu"))
     assert not [v for v in guards.check(children=False) if "signals" in v.message]
     with _thread_unblocking(signal.SIGALRM) as tid:
-        messages = [v.message for v in guards.check(children=False)]
+        # no handler: the signal's default action runs no code (a library may do this)
+        quiet = [v.message for v in guards.check(children=False)]
+        previous = signal.signal(signal.SIGALRM, lambda number, frame: None)
+        try:
+            messages = [v.message for v in guards.check(children=False)]
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+    assert not [m for m in quiet if "signals" in m], quiet
     assert any(f"thread {tid}: SIGALRM" in m for m in messages), messages
+
+
+def test_reachable_keeps_only_signals_that_run_a_new_handler():
+    before = signals.Dispositions.now()
+    sigint, sigusr2 = 1 << (signal.SIGINT - 1), 1 << (signal.SIGUSR2 - 1)
+    assert before.reachable(sigint | sigusr2) == 0  # Python's own SIGINT handler; no handler
+    previous = signal.signal(signal.SIGINT, lambda number, frame: None)
+    try:
+        assert before.reachable(sigint | sigusr2) == sigint  # a new handler on SIGINT
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -476,6 +476,7 @@ class Guards:
         self.forks = ForkCounter()
         self.after_return = WorkAfterReturn(self.thread_origins)
         self.unblocked_at_start = signals.unblocked_threads()
+        self.dispositions = signals.Dispositions.now()
         self.stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
 
     def pin(self, label: str, instance: object, mutable: Iterable[str] = ()) -> None:
@@ -527,12 +528,14 @@ class Guards:
 
 
     def _unblocked_threads(self) -> str:
-        """Threads that unblocked signals since the snapshot (a worker starts with every
-        signal blocked in every thread; elsewhere, what was unblocked then is left alone)."""
+        """Threads that unblocked a signal with a handler of the candidate since the snapshot
+        (a worker starts with every signal blocked in every thread; elsewhere, what was
+        unblocked then is left alone)."""
         then = self.unblocked_at_start
         now = [(tid, bits & ~then.get(tid, 0))
                for tid, bits in signals.unblocked_threads().items() if bits & ~then.get(tid, 0)]
-        return "; ".join(f"thread {tid}: {signals.names(bits)}" for tid, bits in now[:3])
+        now = [(tid, self.dispositions.reachable(bits)) for tid, bits in now]
+        return "; ".join(f"thread {tid}: {signals.names(bits)}" for tid, bits in now[:3] if bits)
 
 
 def _wait_for_exit(pids: list[int], seconds: float) -> list[int]:

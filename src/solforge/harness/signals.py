@@ -15,7 +15,9 @@ every signal is blocked in every thread of the worker from its first instruction
 - the call may unblock signals in its own thread: `block()`, the first thing after it returns,
   blocks them again and says which were unblocked (a handler that ran before that ran inside
   the call, its work timed with it);
-- a thread that unblocks signals for itself is seen in /proc (`unblocked_threads`).
+- a thread that unblocks signals for itself is seen in /proc (`unblocked_threads`);
+- either is a cheat only where the signal would run a handler other than those the process
+  had before the candidate was imported (`Dispositions.reachable`).
 SIGKILL and SIGSTOP cannot be blocked and run no handler. A fault (SIGSEGV, SIGBUS, SIGFPE,
 SIGILL) raised by the faulting instruction is delivered even when blocked: the kernel ends
 the process with it, as it would anyway.
@@ -28,6 +30,7 @@ import ctypes
 import os
 import signal
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 BLOCKED = frozenset(int(s) for s in signal.valid_signals()) - {int(signal.SIGKILL),
                                                                int(signal.SIGSTOP)}
@@ -73,8 +76,50 @@ def unblocked_threads() -> dict[int, int]:
     return found
 
 
+@dataclass(frozen=True)
+class Dispositions:
+    """Which signals had a handler when the guards' snapshot was taken (before the
+    candidate's import), and the Python handler of each."""
+
+    caught: int  # SigCgt: the bits of the signals with a handler, Python's or a library's
+    handlers: tuple[object, ...]  # signal.getsignal of signals 1-64 (None where invalid)
+
+    @classmethod
+    def now(cls) -> Dispositions:
+        return cls(_status_field("/proc/self/status", b"SigCgt") or 0,
+                   tuple(_python_handler(n) for n in range(1, 65)))
+
+    def reachable(self, bits: int) -> int:
+        """Of `bits` (unblocked signals), those whose delivery would run a handler other than
+        the snapshot's own: a signal left to its default action or ignored runs no code, and
+        the interpreter's own handler (SIGINT's) runs nothing of the candidate's. Unblocking
+        one of those is harmless, and some libraries do (their threads, their children)."""
+        caught = _status_field("/proc/self/status", b"SigCgt") or 0
+        found = 0
+        for number in range(1, 65):
+            bit = 1 << (number - 1)
+            if not bits & caught & bit:
+                continue
+            if self.caught & bit and _python_handler(number) is self.handlers[number - 1]:
+                continue
+            found |= bit
+        return found
+
+
+def _python_handler(number: int) -> object:
+    try:
+        return signal.getsignal(number)
+    except (ValueError, OSError):
+        return None
+
+
 def _blocked_mask(status_file: str) -> int | None:
-    """The SigBlk field of a /proc status file (None when the thread ended meanwhile)."""
+    return _status_field(status_file, b"SigBlk")
+
+
+def _status_field(status_file: str, field: bytes) -> int | None:
+    """A signal-mask field (SigBlk, SigCgt) of a /proc status file (None when the thread ended
+    meanwhile)."""
     try:
         fd = os.open(status_file, os.O_RDONLY)
     except OSError:
@@ -85,8 +130,10 @@ def _blocked_mask(status_file: str) -> int | None:
         return None
     finally:
         os.close(fd)
-    at = text.find(b"\nSigBlk:")
-    return int(text[at + 9:text.index(b"\n", at + 1)], 16) if at >= 0 else None
+    at = text.find(b"\n" + field + b":")
+    if at < 0:
+        return None
+    return int(text[at + len(field) + 2:text.index(b"\n", at + 1)], 16)
 
 
 def names(bits: int) -> str:

@@ -331,10 +331,13 @@ class Worker:
     def collect(self, workload: Workload, result: Any, buffers: OutputBuffers | None) -> list[Any]:
         """The outputs of a call, checked: exact types first (before touching a value: a lazy
         subclass runs code on access), then storage, device, shape and dtype."""
-        if self.signals_unblocked:
+        reachable = (self.guards.dispositions.reachable(self.signals_unblocked)
+                     if self.signals_unblocked and self.guards is not None else 0)
+        if reachable:
             raise CandidateFault(Status.REWARD_HACK, "the call unblocked signals "
-                                 f"({signals.names(self.signals_unblocked)}), blocked in the "
-                                 "worker so that no signal handler runs after a call returned")
+                                 f"({signals.names(reachable)}) that run its handlers, blocked "
+                                 "in the worker so that no signal handler runs after a call "
+                                 "returned")
         if self.collector_turned_on:
             raise CandidateFault(Status.REWARD_HACK, "the garbage collector, off for the call, "
                                  "was turned back on during it (a collection before the harness "
