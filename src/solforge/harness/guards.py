@@ -526,7 +526,6 @@ class Guards:
             found.append(Violation("left a side stream as the current CUDA stream"))
         return found
 
-
     def _unblocked_threads(self) -> str:
         """Threads that unblocked a signal with a handler of the candidate since the snapshot
         (a worker starts with every signal blocked in every thread; elsewhere, what was
