@@ -153,3 +153,18 @@ def test_a_gpu_process_page_locks_what_it_writes_and_reads(monkeypatch):
         worker.unpin()
     finally:
         os.close(fd)
+
+
+def test_the_largest_calls_of_the_suite_fit_the_area():
+    """A call that does not fit goes through the pipe and its MAC, about 0.3 s per 64 MiB:
+    a decode call of 4 GiB and 512 KiB (two 2 GiB caches and a query) timed out so. The suite's
+    largest needs 21.1 GiB of inputs (l2/moe_block_deepseek_v3) and 8.0 GiB of outputs. The
+    file is sparse: laying the tensors out touches no memory."""
+    fd = create()
+    try:
+        inputs, outputs = Area(fd, TO_WORKER), Area(fd, TO_DRIVER)
+        assert inputs.layout([2 << 30, 2 << 30, 512 << 10]) is not None
+        assert inputs.layout([int(21.2 * (1 << 30))]) is not None
+        assert outputs.layout([8 << 30]) is not None
+    finally:
+        os.close(fd)
