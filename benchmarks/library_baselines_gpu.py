@@ -8,7 +8,9 @@ Without PROBLEM: every bundled problem with a library baseline (harness/library_
 Each library solution is judged by the harness like any candidate (correctness first, kernel-only
 time), so its time is T_lib; a shipped solution of the same problem gets
 S_lib = (T_lib - T_SOL) / ((T_k - T_SOL) + (T_lib - T_SOL)) per workload. Resumable (problems in
-OUT are skipped) and stops starting new problems after --deadline-s. Writes
+OUT are skipped, and so are those under its "failed", with the error that ended them; one
+problem's crash is recorded there and the run goes on) and stops starting new problems after
+--deadline-s. Writes
 benchmarks/results/h200-library-baselines.json (or library-baselines-cpu.json in CPU mode,
 where the libraries cannot run and each record says why).
 """
@@ -86,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                                        else "library-baselines-cpu.json")
     done = json.loads(output.read_text()) if output.is_file() else {"problems": []}
     done |= {"machine": recorded_environment(args.device), "date": time.strftime("%Y-%m-%d")}
-    seen = {r["problem"] for r in done["problems"]}
+    failed = done.setdefault("failed", {})
+    seen = {r["problem"] for r in done["problems"]} | set(failed)
     addresses = args.problems or [address_of(d) for d in bundled_problem_dirs()]
     config = EvalConfig(device=args.device, baseline="eager" if args.device == "cpu" else "best",
                         smallest=args.smallest or (1 if args.device == "cpu" else None))
@@ -97,7 +100,15 @@ def main(argv: list[str] | None = None) -> int:
         if time.monotonic() - began > args.deadline_s:
             log("deadline reached; the next call goes on from here")
             break
-        record = judge_problem(address, config)
+        try:
+            record = judge_problem(address, config)
+        except Exception as exc:  # one problem's crash (an out-of-memory) must not end the run
+            failed[address] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            log(f"{address}: failed, {failed[address]}")
+            record = None
+            if args.device == "cuda":
+                import torch
+                torch.cuda.empty_cache()
         seen.add(address)
         if record is None:
             continue

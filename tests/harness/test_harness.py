@@ -36,7 +36,7 @@ from solforge.data.trace import (
     read_traces,
 )
 from solforge.data.workload import Tolerance
-from solforge.harness import protocol
+from solforge.harness import compare, protocol
 from solforge.harness.channel import (
     ChannelClosed,
     ChannelForged,
@@ -304,6 +304,31 @@ def test_compare_checks_shape_and_dtype():
     ref = torch.randn(4, 256).bfloat16()
     assert _compare(ref.float(), ref).status is Status.INCORRECT_DTYPE
     assert _compare(ref[:2], ref).status is Status.INCORRECT_SHAPE
+
+
+def test_compare_in_slices_gives_the_whole_output_verdict(monkeypatch):
+    """Outputs are compared a slice at a time (an LM head's 2 G logits ran an H200 out of memory
+    as float64 copies); every verdict and figure must be the one the whole output gets."""
+    ref = torch.randn(4, 256).bfloat16()
+    ref[3, 255] = 8.0
+    cases = {"near": (ref.float() * 1.005).bfloat16(), "zeros": torch.zeros_like(ref)}
+    for where in ((0, 0), (3, 255)):
+        off, nan = ref.clone(), ref.clone()
+        off[where] = ref[where] + 3
+        nan[where] = math.nan
+        cases[f"off{where}"], cases[f"nan{where}"] = off, nan
+    bad_ref = ref.clone()
+    bad_ref[2, 7] = math.inf
+    tolerances = (Tolerance(), Tolerance(required_matched_ratio=1.0), Tolerance(max_error_cap=1))
+    whole = {(k, i): _compare(out, ref, t) for k, out in cases.items()
+             for i, t in enumerate(tolerances)}
+    whole_bad = _compare(cases["nan(3, 255)"], bad_ref)
+    monkeypatch.setattr(compare, "_CHUNK", 100)  # 1,024 elements: 11 slices, the last short
+    for (k, i), verdict in whole.items():
+        assert _compare(cases[k], ref, tolerances[i]) == verdict, (k, i)
+    assert whole_bad.status is Status.INVALID_REFERENCE
+    assert _compare(cases["nan(3, 255)"], bad_ref) == whole_bad  # the reference's fault first
+    assert {v.status for v in whole.values()} == {Status.PASSED, Status.INCORRECT_NUMERICAL}
 
 
 # -- seeds, logs, guards, speed of light ------------------------------------------------------

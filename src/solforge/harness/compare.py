@@ -57,36 +57,86 @@ def compare_outputs(outputs: list[Any], expected: list[Any], definition: Definit
     return Comparison(Status.PASSED, worst)
 
 
+_CHUNK = 1 << 25
+"""Elements compared per pass: 256 MiB per float64 temporary, so a multi-GiB output (an LM head's
+logits, 2 G elements) is checked in bounded memory instead of several float64 copies of it."""
+
+
+@dataclass(frozen=True)
+class _Tally:
+    """What one pass over a slice of an output finds; passes merge with `+`."""
+
+    ref_bad: bool = False  # NaN/Inf in the reference, not excused as a shared -inf
+    has_nan: bool = False
+    has_inf: bool = False
+    kept: int = 0  # elements compared (shared -infs excused)
+    within: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    ref_nonzero: bool = False
+    out_nonzero: bool = False
+
+    def __add__(self, other: _Tally) -> _Tally:
+        return _Tally(self.ref_bad or other.ref_bad, self.has_nan or other.has_nan,
+                      self.has_inf or other.has_inf, self.kept + other.kept,
+                      self.within + other.within, max(self.max_abs, other.max_abs),
+                      max(self.max_rel, other.max_rel), self.ref_nonzero or other.ref_nonzero,
+                      self.out_nonzero or other.out_nonzero)
+
+
 def _compare_one(name: str, out: Any, ref: Any, tolerance: Tolerance) -> Comparison:
-    ref64 = as_float64(ref, None)
-    out64 = as_float64(out, ref64.device)
+    ref_flat, out_flat = _logical(ref).reshape(-1), _logical(out).reshape(-1)
+    if ref_flat.numel() != out_flat.numel():
+        return Comparison(Status.INCORRECT_SHAPE, None,
+                          f"output {name!r} has {out_flat.numel()} elements; the reference's "
+                          f"has {ref_flat.numel()}")
+    tally = _Tally()
+    for start in range(0, ref_flat.numel(), _CHUNK):
+        ref64 = ref_flat[start:start + _CHUNK].to(torch.float64)
+        out64 = out_flat[start:start + _CHUNK].to(ref64.device, torch.float64)
+        tally = tally + _tally(out64, ref64, tolerance)
+    return _verdict(name, tally, tolerance)
+
+
+def _tally(out64: torch.Tensor, ref64: torch.Tensor, tolerance: Tolerance) -> _Tally:
     both_neg_inf = (out64 == -torch.inf) & (ref64 == -torch.inf)
     excused = both_neg_inf if tolerance.allow_negative_inf else torch.zeros_like(both_neg_inf)
-    if not bool((torch.isfinite(ref64) | excused).all()):
-        return Comparison(Status.INVALID_REFERENCE, None,
-                          f"the reference's {name!r} holds NaN or Inf at this seed")
+    ref_bad = not bool((torch.isfinite(ref64) | excused).all())
     has_nan = bool(torch.isnan(out64).any())
     has_inf = bool((torch.isinf(out64) & ~excused).any())
-    if has_nan or has_inf:
-        what = "NaN" if has_nan else "Inf"
-        return Comparison(Status.INCORRECT_NUMERICAL,
-                          Correctness(has_nan=has_nan, has_inf=has_inf and not has_nan),
-                          f"output {name!r} holds {what}")
+    if ref_bad or has_nan or has_inf:
+        return _Tally(ref_bad, has_nan, has_inf)
     keep = ~excused
     out64, ref64 = out64[keep], ref64[keep]
     if out64.numel() == 0:
-        return Comparison(Status.PASSED, Correctness(matched_ratio=1.0))
+        return _Tally()
     error = (out64 - ref64).abs()
-    max_abs = float(error.max())
     # Relative to |ref|, floored at atol (and above zero, so exact comparisons give 0, not 0/0).
     floor = max(tolerance.max_atol, torch.finfo(torch.float64).tiny)
-    max_rel = float((error / ref64.abs().clamp(min=floor)).max())
     bound = tolerance.max_atol + tolerance.max_rtol * ref64.abs()
-    within = int(torch.count_nonzero(error <= bound))
-    total = error.numel()
+    return _Tally(kept=error.numel(), within=int(torch.count_nonzero(error <= bound)),
+                  max_abs=float(error.max()),
+                  max_rel=float((error / ref64.abs().clamp(min=floor)).max()),
+                  ref_nonzero=bool((ref64 != 0).any()), out_nonzero=bool((out64 != 0).any()))
+
+
+def _verdict(name: str, tally: _Tally, tolerance: Tolerance) -> Comparison:
+    if tally.ref_bad:
+        return Comparison(Status.INVALID_REFERENCE, None,
+                          f"the reference's {name!r} holds NaN or Inf at this seed")
+    if tally.has_nan or tally.has_inf:
+        what = "NaN" if tally.has_nan else "Inf"
+        return Comparison(Status.INCORRECT_NUMERICAL,
+                          Correctness(has_nan=tally.has_nan,
+                                      has_inf=tally.has_inf and not tally.has_nan),
+                          f"output {name!r} holds {what}")
+    total = tally.kept
+    if total == 0:
+        return Comparison(Status.PASSED, Correctness(matched_ratio=1.0))
+    within, max_abs = tally.within, tally.max_abs
     matched = within / total
-    correctness = Correctness(max_rel, max_abs, matched_ratio=matched)
-    if bool((ref64 != 0).any()) and not bool((out64 != 0).any()):
+    correctness = Correctness(tally.max_rel, max_abs, matched_ratio=matched)
+    if tally.ref_nonzero and not tally.out_nonzero:
         return Comparison(Status.INCORRECT_NUMERICAL, correctness,
                           f"output {name!r} is all zeros; the reference is not")
     needed = required_count(tolerance.required_matched_ratio, total)
@@ -115,15 +165,13 @@ def required_count(ratio: float, total: int) -> int:
     return min(total, math.ceil(exact))
 
 
-def as_float64(value: Any, device: torch.device | None) -> torch.Tensor:
-    """A float64 tensor of the logical values (packed fp4 unpacked, scalars as 0-D)."""
+def _logical(value: Any) -> torch.Tensor:
+    """A tensor of the logical values in their own dtype (packed fp4 unpacked, scalars as 0-D)."""
     if not isinstance(value, torch.Tensor):
-        return torch.tensor(float(value), dtype=torch.float64, device=device)
+        return torch.tensor(float(value), dtype=torch.float64)
     if value.dtype == torch.float4_e2m1fn_x2:
-        value = unpack_fp4(value)
-    if device is not None:
-        value = value.to(device)
-    return value.to(torch.float64)
+        return unpack_fp4(value)
+    return value
 
 
 def worst_of(a: Correctness | None, b: Correctness | None) -> Correctness | None:
