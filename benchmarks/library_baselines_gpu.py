@@ -32,6 +32,7 @@ from script_common import log, recorded_environment  # noqa: E402
 
 from solforge.data.solution import load_solution  # noqa: E402
 from solforge.data.trace import Trace  # noqa: E402
+from solforge.harness.build import missing_library  # noqa: E402
 from solforge.harness.evaluate import EvalConfig, evaluate  # noqa: E402
 from solforge.harness.library_baselines import (  # noqa: E402
     library_baseline,
@@ -56,11 +57,18 @@ def per_workload(traces: list[Trace]) -> dict[str, dict[str, Any]]:
     return found
 
 
+class LibraryMissing(Exception):
+    """The library this problem's baseline calls is not installed here."""
+
+
 def judge_problem(address: str, config: EvalConfig) -> dict[str, Any] | None:
     problem = open_problem(address)
     baseline = library_baseline(problem.definition)
     if baseline is None:
         return None
+    missing = missing_library(baseline.solution)
+    if missing is not None and config.device == "cuda":  # the CPU run records why instead
+        raise LibraryMissing(missing)
     library = per_workload(evaluate(problem, baseline.solution, config))
     record: dict[str, Any] = {"problem": address, "library": baseline.name,
                               "package": baseline.library, "workloads": library, "shipped": {}}
@@ -93,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     addresses = args.problems or [address_of(d) for d in bundled_problem_dirs()]
     config = EvalConfig(device=args.device, baseline="eager" if args.device == "cpu" else "best",
                         smallest=args.smallest or (1 if args.device == "cpu" else None))
+    skipped: set[str] = set()
     began = time.monotonic()
     for address in addresses:
         if address in seen:
@@ -102,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
             break
         try:
             record = judge_problem(address, config)
+        except LibraryMissing as exc:
+            log(f"{address}: not measured, {exc}")
+            skipped.add(address)
+            continue
         except Exception as exc:  # one problem's crash (an out-of-memory) must not end the run
             failed[address] = f"{type(exc).__name__}: {str(exc)[:300]}"
             log(f"{address}: failed, {failed[address]}")
@@ -117,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         done["problems"].append(record)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(done, indent=1) + "\n")
-    left = [a for a in addresses if a not in seen]
-    log(f"{len(done['problems'])} problems with a library baseline recorded, {len(left)} left; "
+    left = [a for a in addresses if a not in seen]  # not yet looked at, or missing a library
+    log(f"{len(done['problems'])} problems with a library baseline recorded, {len(left)} left "
+        f"({len(skipped)} for want of their library); "
         f"wrote {output}")
     return 0 if not left else 3
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import subprocess
 import sys
@@ -99,6 +100,19 @@ def test_library_script_cpu_mode_records_why_a_library_cannot_run(tmp_path):
         assert "nvmath-python" in result["message"]
     else:
         assert result["status"] in ("PASSED", "RUNTIME_ERROR")
+
+
+def test_library_script_on_a_gpu_leaves_a_missing_library_for_later(monkeypatch):
+    """On the GPU a library that is not installed is no measurement: the problem stays left
+    (an H200 without FlashInfer once recorded four COMPILE_ERRORs as RMSNorm's baselines)."""
+    spec = importlib.util.spec_from_file_location(
+        "library_baselines_gpu", REPO / "benchmarks" / "library_baselines_gpu.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "missing_library", lambda solution: "flashinfer is missing")
+    monkeypatch.setattr(script, "evaluate", lambda *a: pytest.fail("evaluated anyway"))
+    with pytest.raises(script.LibraryMissing, match="flashinfer is missing"):
+        script.judge_problem("l1/rmsnorm_llama3_1_8b", EvalConfig(device="cuda"))
 
 
 def _library(problem, name: str, body: str) -> LibraryBaseline:

@@ -88,7 +88,7 @@ def build_solution(solution: Solution, cache_dir: Path, device_type: str,
     folder.mkdir(parents=True, exist_ok=True)
     solution.write_sources(folder)
     binding = solution.binding
-    missing = languages.missing_package(solution.languages, binding) or _missing_library(solution)
+    missing = languages.missing_package(solution.languages, binding) or missing_library(solution)
     if missing is not None:
         raise BuildFailure(Status.COMPILE_ERROR, missing)
     if not solution.is_cpp:
@@ -134,7 +134,7 @@ def _digest(solution: Solution) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _missing_library(solution: Solution) -> str | None:
+def missing_library(solution: Solution) -> str | None:
     """A library the solution declares (flashinfer, nvmath-python) that is not installed."""
     for dependency in solution.dependencies:
         module = LIBRARY_PRELOADS.get(dependency)
