@@ -229,8 +229,11 @@ def test_evaluation_records_its_phases_and_times_adaptively(tmp_path, monkeypatc
     assert 20 <= trace.evaluation.timing.iterations <= 40
     table = {t.name: t.seconds for t in log.totals()}
     for name in ("build", "worker_wait", "correctness", "reference", "timing", "verify",
-                 "eager/worker_wait", "eager/timing", "baseline_store", "worker_close"):
+                 "eager/worker_wait", "eager/timing", "baseline_store", "worker_close",
+                 "send_inputs", "take_outputs", "compare", "eager/compare"):
         assert name in table, sorted(table)
+    for part in ("receive", "checks", "calls", "hand_over"):  # the worker's own account
+        assert table[f"round_{part}"] > 0 and table[f"loop_{part}"] > 0, sorted(table)
     assert 0.5 * wall < sum(table.values()) <= wall * 1.01
     assert os.stat(tmp_path / "key").st_mode & 0o777 == 0o600
     out = tmp_path / "exported.json"

@@ -140,12 +140,16 @@ class Judge:
                 worst = worst_of(worst, verdict.correctness)
             else:
                 self.oracle.forget(self.workload, seed)
-        first_call_ms = self._expect(protocol.ROUNDS_DONE).meta.get("first_call_ms")
+        done = self._expect(protocol.ROUNDS_DONE).meta
+        first_call_ms = done.get("first_call_ms")
         if failed is not None:
             self.session.send(protocol.SKIP)
+            _record_worker_seconds(done.get("worker_seconds"), "correctness", "round")
             self._expect(protocol.SKIPPED)  # or the FAILURE of a late write
             return WorkloadResult(uuid, failed.status, failed.message, failed.correctness)
         self.session.send(protocol.TIME)
+        # carved once the send has closed `correctness` (an open phase holds no seconds yet)
+        _record_worker_seconds(done.get("worker_seconds"), "correctness", "round")
         return self._timed(worst, first_call_ms)
 
     def _probe(self) -> None:
@@ -190,7 +194,8 @@ class Judge:
         if self.shared is not None:
             inputs, meta["shared"] = self.shared.share(inputs)
         began = time.monotonic()
-        self.session.send(protocol.INPUTS, meta, inputs)
+        with phases.phase("send_inputs"):
+            self.session.send(protocol.INPUTS, meta, inputs)
         return began
 
     def _timed(self, worst: Correctness | None, first_call_ms: float | None) -> WorkloadResult:
@@ -223,7 +228,7 @@ class Judge:
                     failed = _timed_failure(verdict, i)
         if meta is None:
             meta = self._expect(protocol.TIMING).meta
-        _record_worker_seconds(meta.get("worker_seconds"))
+        _record_worker_seconds(meta.get("worker_seconds"), "timing", "loop")
         self._expect(protocol.WORKLOAD_DONE)
         if failed is not None:
             return WorkloadResult(uuid, failed.status, failed.message, failed.correctness)
@@ -237,14 +242,15 @@ class Judge:
     def _taken(self, frame) -> list[Any]:
         """A frame's outputs as private copies: from this workload's slots where the driver
         has them, else from the frame (whose tensors may be views of the shared area)."""
-        if self.slots is None:  # copied straight to the reference's device
-            device = self.oracle.device
-            return [v.to(device, copy=True) if isinstance(v, torch.Tensor) else v
-                    for v in frame.values]
-        try:
-            return handover.taken(frame.values, self.slots)
-        except ValueError as exc:
-            raise WorkerLost(Status.RUNTIME_ERROR, f"protocol broken: {exc}") from None
+        with phases.phase("take_outputs"):
+            if self.slots is None:  # copied straight to the reference's device
+                device = self.oracle.device
+                return [v.to(device, copy=True) if isinstance(v, torch.Tensor) else v
+                        for v in frame.values]
+            try:
+                return handover.taken(frame.values, self.slots)
+            except ValueError as exc:
+                raise WorkerLost(Status.RUNTIME_ERROR, f"protocol broken: {exc}") from None
 
     def _compare(self, values: list[Any], seed: int) -> Comparison:
         try:
@@ -252,8 +258,9 @@ class Judge:
         except ReferenceFailure as exc:
             return Comparison(Status.INVALID_REFERENCE, None, str(exc))
         shapes = self.oracle.output_shapes(self.workload)
-        return compare_outputs(values, expected, self.oracle.problem.definition, shapes,
-                               self.workload.tolerance)
+        with phases.phase("compare"):
+            return compare_outputs(values, expected, self.oracle.problem.definition, shapes,
+                                   self.workload.tolerance)
 
     def _expect(self, *kinds: str):
         frame = self.session.receive(self.deadline, self.max_payload,
@@ -313,15 +320,15 @@ def _clock_range(value: Any) -> tuple[float, float] | None:
     return None
 
 
-def _record_worker_seconds(reported: Any) -> None:
-    """The worker's own account of its timed loop, carved out of `timing` as phases
-    `loop_<part>` (a diagnostic: it moves time between phases of the table, never into a
-    verdict)."""
+def _record_worker_seconds(reported: Any, parent: str, prefix: str) -> None:
+    """The worker's own account of its work in the correctness rounds or the timed loop,
+    carved out of `parent` as phases `<prefix>_<part>` (a diagnostic: it moves time between
+    phases of the table, never into a verdict)."""
     if not isinstance(reported, dict):
         return
     for part, seconds in list(reported.items())[:8]:
         if isinstance(part, str) and part.isidentifier() and _is_number(seconds):
-            phases.carve("timing", f"loop_{part}", float(seconds))
+            phases.carve(parent, f"{prefix}_{part}", float(seconds))
 
 
 def _timed_failure(verdict: Comparison, iteration: int) -> Comparison:

@@ -20,9 +20,15 @@ The phases the harness records (seconds, wall clock, in the process that drives 
   (`compile/correctness` holds torch.compile's own compile, in the first round).
 - `baseline_lookup`: reading the baseline store; `sol`: T_SOL analysis of the workloads.
 - `worker_close`: killing and reaping a worker; `store_write`: saving traces.
-- `loop_receive`, `loop_checks`, `loop_calls`, `loop_hand_over`, `loop_timer`: the worker's own
-  account of its timed loops (receiving inputs, the guards, the calls, handing outputs over,
-  the timer's flushes, synchronizations and profiler), carved out of `timing`.
+- `send_inputs`: the driver writing a call's inputs to the worker (into the shared area or the
+  frame); `take_outputs`: copying a call's outputs out of its slots; `compare`: checking them
+  against the reference, `reference` excluded. Nested in `correctness`, `timing` and `verify`.
+- `round_<part>` and `loop_<part>`: the worker's own account of its work in the correctness
+  rounds and the timed loops, carved out of `correctness` and `timing`: `receive` (copying the
+  inputs in, from the moment their frame was read, and preparing the output buffers),
+  `checks` (the guards), `calls`, `hand_over` (the outputs to the driver), and for the loops
+  `timer` (flushes, synchronizations and the profiler). The worker's wait for the driver's
+  frames is not in them: the driver's own phases above account for that time.
 """
 
 from __future__ import annotations

@@ -101,6 +101,8 @@ class Worker:
         self.collector_was_on = gc.isenabled()  # restored once a call's outputs are handed over
         self.collector_turned_on = False  # by the candidate, during its last call
         self.signals_unblocked = 0  # the signals the last call unblocked (signals.py)
+        self.frame_arrived = 0.0  # perf_counter() when the last inputs' frame was read
+        self.round_seconds = work_parts()  # this workload's correctness rounds (phases)
 
     # -- setup -----------------------------------------------------------------------------
 
@@ -128,7 +130,8 @@ class Worker:
         `send` or a swapped reader is seen after the next call."""
         guards.pin("worker", self, mutable=("function", "reference_module", "handed_over",
                                             "watched_late_writes", "collector_turned_on",
-                                            "signals_unblocked"))
+                                            "signals_unblocked", "frame_arrived",
+                                            "round_seconds"))  # the last two: diagnostics
         guards.pin("worker.link", self.link)
         guards.pin("worker.link.writer", self.link.writer, mutable=("sequence",))
         guards.pin("worker.link.reader", self.link.reader, mutable=("sequence",))
@@ -213,14 +216,18 @@ class Worker:
             self.function = torch.compile(self.reference_module.run, dynamic=False)
         first_call_ms = None
         inputs = buffers = None
+        self.round_seconds = work_parts()
         for number in range(rounds):
             began = time.perf_counter()
             inputs, buffers = self._checked_round(workload, number, inputs, buffers, slots)
             if number == 0:
                 first_call_ms = (time.perf_counter() - began) * 1e3
+            checked = time.perf_counter()
             self._check_guards(f"in correctness round {number}")
+            self.round_seconds["checks"] += time.perf_counter() - checked
         self.link.send(protocol.ROUNDS_DONE, {"workload": workload.uuid,
-                                              "first_call_ms": first_call_ms})
+                                              "first_call_ms": first_call_ms,
+                                              "worker_seconds": dict(self.round_seconds)})
         if self.link.receive(protocol.TIME, protocol.SKIP).kind == protocol.SKIP:
             self._watch_for_late_writes()
             self.link.send(protocol.SKIPPED, {"workload": workload.uuid})
@@ -246,6 +253,7 @@ class Worker:
         contents, so an answer cached by address is stale here (the timed calls, in contrast,
         each get a new address, so such a cache never saves work there). The outputs go to the
         driver as soon as the call has returned."""
+        clock = self.round_seconds
         fresh = self.receive_inputs(workload, protocol.ROUND_PHASE, number)
         inputs = fresh if previous is None else [_refill(old, new)
                                                  for old, new in zip(previous, fresh)]
@@ -255,20 +263,28 @@ class Worker:
         else:
             for tensor in buffers.tensors:
                 poison_(tensor)
+        received = time.perf_counter()
+        clock["receive"] += received - self.frame_arrived
         self._check_guards(f"before correctness round {number}", children=False)
+        called = time.perf_counter()
+        clock["checks"] += called - received
         result = self.call(inputs, buffers)
         synchronize(self.device)
+        returned = time.perf_counter()
+        clock["calls"] += returned - called
         self.returned()
         outputs = self.collect(workload, result, buffers)
         self.hand_over(protocol.ROUND, {"workload": workload.uuid, "round": number}, outputs,
                        slots)
         self.handed_over = (outputs, frozen(outputs))
         _check_inputs_unchanged(inputs, pristine, list(self.problem.definition.inputs))
+        clock["hand_over"] += time.perf_counter() - returned
         return inputs, buffers
 
     def receive_inputs(self, workload: Workload, phase: str, index: int) -> list[Any]:
         """The driver's inputs for one call, copied to fresh memory on the device."""
         frame = self.link.receive(protocol.INPUTS)
+        self.frame_arrived = time.perf_counter()
         if (frame.meta.get("workload"), frame.meta.get("phase"),
                 frame.meta.get("index")) != (workload.uuid, phase, index):
             raise RuntimeError(f"protocol: inputs {frame.meta} arrived for {phase} {index}")
@@ -443,8 +459,8 @@ class TimedCalls:
         self.results: dict[int, Any] = {}
         self.budget = worker.config.retain_bytes
         # Where the loop's time went in this process (a diagnostic for the phase table; the
-        # driver trusts none of it): receiving inputs, checks, calls, handing outputs over.
-        self.seconds = dict.fromkeys(("receive", "checks", "calls", "hand_over", "loop"), 0.0)
+        # driver trusts none of it): work_parts, the wait for the driver's frames, the loop.
+        self.seconds = {**work_parts(), "wait": 0.0, "loop": 0.0}
 
     def before(self, i: int) -> None:
         worker = self.worker
@@ -456,7 +472,8 @@ class TimedCalls:
             self.inputs.popleft()  # memory is short: addresses may repeat, contents never do
         self.buffers[i] = worker.allocate(self.workload)
         worker._check_guards(f"before timed call {i}", children=False)
-        self.seconds["receive"] += received - began
+        self.seconds["wait"] += worker.frame_arrived - began
+        self.seconds["receive"] += received - worker.frame_arrived
         self.seconds["checks"] += time.perf_counter() - received
 
     def run(self, i: int) -> None:
@@ -476,9 +493,17 @@ class TimedCalls:
 
     def breakdown(self) -> dict[str, float]:
         """Seconds per part of the loop; `timer` is the rest: flushes, synchronizations, the
-        profiler's sessions and its records."""
-        parts = {k: v for k, v in self.seconds.items() if k != "loop"}
-        return {**parts, "timer": max(0.0, self.seconds["loop"] - sum(parts.values()))}
+        profiler's sessions and its records. The wait for the driver's frames is left out of
+        both: the driver times its own side of it (making, sending and checking)."""
+        parts = {k: self.seconds[k] for k in work_parts()}
+        rest = self.seconds["loop"] - sum(parts.values()) - self.seconds["wait"]
+        return {**parts, "timer": max(0.0, rest)}
+
+
+def work_parts() -> dict[str, float]:
+    """Seconds of a worker's own work per part of a call: copying the inputs in (from the
+    moment their frame was read), the guards, the call, handing the outputs over."""
+    return dict.fromkeys(("receive", "checks", "calls", "hand_over"), 0.0)
 
 
 def _compile_once(device: torch.device) -> None:
