@@ -779,6 +779,32 @@ def test_a_row_timed_with_fewer_rounds_than_asked_is_measured_again(tmp_path):
     assert [row.rounds for row in load_rows(rows_path)] == [3, 3]  # the new rows count
 
 
+def test_a_row_timed_before_its_shape_was_tuned_again_is_measured_again(tmp_path):
+    """A later call that tunes a shape again changes its choice; its old row timed another
+    kernel (on the H200, 53 of 1,110 rows timed torch.matmul where the table now runs a tuned
+    kernel), so the summary counts it stale and the next benchmark times it again."""
+    from solforge.hgemm.bench import bench, stale_rows
+
+    shape, rows_path = TINY[0], tmp_path / "bench.jsonl"
+    config = next(c for c in shortlist(shape) if c.kernel == "tiled")
+    table = Table()
+    table.add(TableEntry(shape, config, True, {}, use_in_graph=False))
+    graph_note = ("in CUDA graphs: torch.matmul",)
+    old = replace(row(shape, 1.0, 1.0), choice="torch.matmul", notes=graph_note)
+    new = replace(old, choice=config.label)
+    assert stale_rows([old], table) == [shape.key] and stale_rows([new], table) == []
+    assert summarize_bench([old], table)["stale_rows"]["count"] == 1
+    assert summarize_bench([new], table)["stale_rows"]["count"] == 0
+    # the resume: CPU tensors run torch.matmul, so here a row that names the kernel is stale
+    dispatch.use_table(table, retrieval=False)
+    rows_path.write_text(json.dumps(replace(new, rounds=99).to_json()) + "\n")
+    bench([shape], rows_path, FakeMeasurer(), FAST_BENCH)
+    bench([shape], rows_path, FakeMeasurer(), FAST_BENCH)  # current now: not again
+    assert len(rows_path.read_text().splitlines()) == 2
+    (again,) = load_rows(rows_path)
+    assert (again.choice, again.graph_choice) == ("torch.matmul", "torch.matmul")
+
+
 def test_the_pass_spends_its_tuning_share_then_benchmarks_untuned_shapes(tmp_path):
     script = load_script()
     run = script.Run(tmp_path)

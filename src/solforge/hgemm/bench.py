@@ -47,7 +47,7 @@ from solforge.hgemm.budget import (
 )
 from solforge.hgemm.measure import Measurer, Operands, failure, median_ms, relative_error
 from solforge.hgemm.roofline import Roof, bytes_moved, roof_for
-from solforge.hgemm.space import GRID_SIZES, Shape, set_of, tolerance
+from solforge.hgemm.space import GRID_SIZES, Config, Shape, set_of, tolerance
 from solforge.hgemm.table import Table, append_jsonl, environment, read_jsonl
 from solforge.measure.timing import Timing
 
@@ -94,6 +94,19 @@ class BenchRow:
 
     def time(self, method: str, mode: str = "offline", timing: str = "kernel") -> float | None:
         return self.times.get(mode, {}).get(timing, {}).get(method)
+
+    @property
+    def graph_choice(self) -> str | None:
+        """The dispatcher's kernel under CUDA-graph capture (None: a row that did not say)."""
+        noted = next((n for n in self.notes if n.startswith(_GRAPH_NOTE)), None)
+        return None if noted is None else noted.removeprefix(_GRAPH_NOTE)
+
+    def benched_under(self, labels: tuple[str, str] | None) -> bool:
+        """Whether the row timed the dispatcher making these (eager, graph) choices; None
+        (nothing to compare with) counts as yes."""
+        if labels is None:
+            return True
+        return self.choice == labels[0] and self.graph_choice in (None, labels[1])
 
     def noise(self, method: str, mode: str, timing: str, floor: float) -> float:
         """The relative difference between `method` and "dispatch" that their own measured
@@ -189,7 +202,7 @@ def bench(shapes: Sequence[Shape], rows_path: Path, measurer: Measurer,
     active dispatcher. A row timed with fewer rounds than `settings` ask for its shape is
     measured again (the new row replaces it: load_rows keeps a shape's last row)."""
     rows_path = Path(rows_path)
-    done = {row.shape.key for row in load_rows(rows_path)
+    done = {row.shape.key for row in current_rows(load_rows(rows_path), measurer.device)
             if row.rounds >= rounds_for(row.shape, settings)}
 
     def bench_one(shape: Shape) -> None:
@@ -202,6 +215,42 @@ def bench(shapes: Sequence[Shape], rows_path: Path, measurer: Measurer,
     pending = [shape for shape in shapes if shape.key not in done]
     return run_budgeted(pending, bench_one, lambda shape: estimate_seconds(shape, settings),
                         budget_s, clock)
+
+
+def route_labels(eager: Config | None, graph: Config | None) -> tuple[str, str]:
+    """(eager, graph) kernel labels as a row names them: "torch.matmul" for None."""
+    return (eager.label if eager else "torch.matmul", graph.label if graph else "torch.matmul")
+
+
+def table_labels(table: Table, shape: Shape) -> tuple[str, str] | None:
+    """What the table sends eager calls and graph captures of `shape` to (None: not in it)."""
+    entry = table.get(shape)
+    if entry is None:
+        return None
+    return route_labels(entry.best if entry.use_kernel else None,
+                        entry.best if entry.use_in_graph else None)
+
+
+def current_rows(rows: Sequence[BenchRow], device: torch.device) -> list[BenchRow]:
+    """The rows that timed what the active dispatcher does now on `device`. A shape tuned again
+    after its row was written (another call changed its choice) must be benchmarked again:
+    the old row timed torch.matmul, or another kernel, under the dispatcher's name."""
+    active = dispatch.active()
+    kept = []
+    for row in rows:
+        labels = None
+        if device.type != "cuda":  # the dispatcher sends CPU tensors to torch.matmul
+            labels = route_labels(None, None)
+        elif active.table.get(row.shape) is not None:
+            labels = route_labels(*(active.choose_shape(row.shape, device) or dispatch.TORCH))
+        if row.benched_under(labels):
+            kept.append(row)
+    return kept
+
+
+def stale_rows(rows: Sequence[BenchRow], table: Table) -> list[str]:
+    """Shapes whose row timed other choices than the table makes now."""
+    return [row.shape.key for row in rows if not row.benched_under(table_labels(table, row.shape))]
 
 
 def load_rows(path: Path) -> list[BenchRow]:
@@ -286,8 +335,11 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02,
     versus_lt = _tuned_vs_autotuned(table, noise)
     decode = _decode_bandwidth(rows, table, roof or roof_for(
         rows[0].environment.get("gpu") if rows else None))
+    stale = stale_rows(rows, table)
     return {
         "shapes": len(rows),
+        # rows timed before their shape was tuned again: not the shipped dispatcher's times
+        "stale_rows": {"count": len(stale), "shapes": stale[:100]},
         "dispatch_speedup": against,
         "dispatch_vs_torch_by_set": by_set["kernel"],
         "dispatch_vs_torch_by_set_graph": by_set["graph"],
@@ -387,10 +439,8 @@ def _large_cubes(rows: Sequence[BenchRow], table: Table) -> list[dict[str, Any]]
 def _identical(row: BenchRow, timing: str) -> bool:
     """Did the dispatcher run torch.matmul itself in this timing (kernel: its eager choice;
     graph: its choice under capture, noted in the row)?"""
-    if timing == "graph":
-        noted = next((n for n in row.notes if n.startswith(_GRAPH_NOTE)), None)
-        if noted is not None:
-            return noted.removeprefix(_GRAPH_NOTE) == "torch.matmul"
+    if timing == "graph" and row.graph_choice is not None:
+        return row.graph_choice == "torch.matmul"
     return row.choice == "torch.matmul"
 
 
@@ -440,7 +490,10 @@ def markdown(summary: dict[str, Any], rows: Sequence[BenchRow]) -> str:
              f"compared (goal: 0.5)",
              f"- decode shapes with a large weight at 90% of HBM bandwidth: "
              f"{goal['decode_large_weight_at_90_percent_hbm']} of "
-             f"{goal['decode_large_weight_shapes']}", "",
+             f"{goal['decode_large_weight_shapes']}",
+             f"- rows timed before their shape was tuned again (not the shipped dispatcher; "
+             f"the next pass benchmarks them again): {summary['stale_rows']['count']} of "
+             f"{summary['shapes']}", "",
              "## Dispatcher speedup (geometric mean, worst shape, shapes slower beyond noise)",
              "", "| baseline | mode | timing | shapes | geomean | worst | worst shape | "
              "slower beyond noise |", "|---|---|---|---|---|---|---|---|"]
