@@ -7,9 +7,9 @@ Evaluates SOLUTION on PROBLEM `--runs` times in this process with one cache fold
 run times the baselines (cold), later runs find them stored (warm). Each run prints its phase
 table (harness/phases.py: driver phases, among them `send_inputs`, `take_outputs` and
 `compare`, plus `round_*` and `loop_*`, the worker's own account of its work in the correctness
-rounds and the timed loops), the seconds between progress lines (one per workload), and per workload the status,
-how inputs and outputs crossed (`handover`), the timed iterations and the median. OUT.json
-keeps all of it with the machine it ran on.
+rounds and the timed loops), the seconds between progress lines (one per workload), and per
+workload the status, how inputs and outputs crossed (`handover`), the timed iterations and the
+median. OUT.json keeps all of it with the machine it ran on.
 """
 
 from __future__ import annotations

@@ -279,6 +279,27 @@ def run(x, y):
 '''
 
 
+# A hostile candidate's import: it tries to write the driver's folder and reads the baseline
+# key's path, then says what it got (the capture reports the exception as the job's error).
+ESCAPE_SOURCE = '''
+import os
+
+import triton  # noqa: F401
+
+try:
+    with open({target!r}, "w") as handle:
+        handle.write("escaped")
+    wrote = "wrote"
+except OSError as exc:
+    wrote = f"refused ({{exc.errno}})"
+raise RuntimeError(f"uid={{os.getuid()}} {{wrote}} key={{os.environ.get('SOLFORGE_BASELINE_KEY')}}")
+
+
+def run(x, y):
+    return x + y
+'''
+
+
 def gemm(block_m: int, block_n: int, block_k: int, warps: int, stages: int) -> str:
     return GEMM_SOURCE + (f"\nBM, BN, BK, WARPS, STAGES = {block_m}, {block_n}, {block_k}, "
                           f"{warps}, {stages}\n")
@@ -426,6 +447,28 @@ def test_failures_are_reported_per_job(captured):
     assert "compiling _broken" in str(captured["broken"])
     assert "only Triton solutions" in str(captured["pytorch"])
     assert not isinstance(captured["add_aligned"], DescriptorError)  # the others still ran
+
+
+def test_a_candidate_captured_for_its_descriptor_cannot_reach_the_drivers_files(tmp_path,
+                                                                                 monkeypatch):
+    """Capturing runs the candidate's import and entry point: hostile code, run in a sandbox
+    like a worker's. It could once rewrite the store, solforge's source or the baseline key's
+    signatures from there; now its writes outside its own folder are refused, the key's path is
+    not in its environment, and it runs under a uid of its own where this machine allows one."""
+    from solforge.harness.sandbox import policy_for
+
+    monkeypatch.setenv("SOLFORGE_BASELINE_KEY", str(tmp_path / "key"))  # a driver that signs
+    tmp_path.chmod(0o700)
+    target = tmp_path / "escaped"
+    problem = load_problem(FIXTURE_PROBLEM)
+    job = CaptureJob(solution_from_python(ESCAPE_SOURCE.format(target=str(target)), "escape"),
+                     problem, problem.workloads[0])
+    (outcome,) = capture_solutions([job])
+    message = str(outcome)
+    assert "refused" in message and "key=None" in message, message
+    assert not target.exists()
+    if policy_for((str(FIXTURE_PROBLEM.resolve()),)).uid_switch:
+        assert f"uid={os.getuid()} " not in message, message
 
 
 @pytest.mark.slow  # compiles and disassembles every bundled Triton solution (most of the 20 s)

@@ -105,6 +105,32 @@ def test_the_profile_command_and_its_failure(tmp_path, monkeypatch, exit_code):
         assert "ERR_NVGPUCTRPERM" in profile.error
 
 
+def test_the_profiled_candidate_cannot_reach_the_drivers_files(tmp_path, monkeypatch):
+    """ncu runs the candidate's code: both run in a sandbox, so a write outside their own
+    folders is refused and the baseline key's path is not in their environment."""
+    tools, driver = tmp_path / "tools", tmp_path / "driver"
+    tools.mkdir()
+    driver.mkdir(mode=0o700)
+    script = tools / "ncu"
+    script.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import os
+        try:
+            open({str(driver / "escaped")!r}, "w").write("escaped")
+            print("wrote")
+        except OSError as exc:
+            print("refused", exc.errno)
+        print("key", os.environ.get("SOLFORGE_BASELINE_KEY"))
+        raise SystemExit(1)
+        """))
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SOLFORGE_BASELINE_KEY", str(driver / "key"))
+    profile = profile_solution({"name": "cand"}, PROBLEM, "w-1", timeout_s=60)
+    assert "refused" in profile.error and "key None" in profile.error, profile.error
+    assert not (driver / "escaped").exists()
+
+
 def test_without_ncu_there_is_no_profile(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert profile_solution({"name": "cand"}, PROBLEM, "w-1").error == "ncu is not on PATH"

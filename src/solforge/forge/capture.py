@@ -49,7 +49,8 @@ from solforge.data.dtypes import storage_shape
 from solforge.data.solution import Solution, parse_solution
 from solforge.data.workload import Workload
 from solforge.errors import SolforgeError
-from solforge.harness.process import describe_exit, python_command, python_env, run_captured
+from solforge.harness.baseline import KEY_ENV
+from solforge.harness.process import describe_exit, python_env, run_module_sandboxed
 from solforge.problem.inputs import make_inputs
 from solforge.problem.problem import Problem, load_problem, tensor_shape
 
@@ -112,22 +113,33 @@ def capture_solutions(jobs: Sequence[CaptureJob], target: str = "sm_90a", device
                       sass: bool = True, timeout_s: float = 600.0) -> list[CaptureOutcome]:
     """Capture each job's kernels (see capture_kernels) in one fresh Python process.
 
-    The candidates' code never runs in the caller, and Triton in that process is never in
-    interpreter mode: a process that imported Triton with TRITON_INTERPRET=1 holds
+    The candidates' code never runs in the caller: it runs in a sandbox like a worker's (a
+    private uid, writes only to its own folder and the result's, no ptrace; harness/sandbox),
+    since importing a candidate runs whatever it holds, and the caller's files (the store, the
+    baseline key, solforge's own source) must stay out of its reach. Triton in that process is
+    never in interpreter mode: a process that imported Triton with TRITON_INTERPRET=1 holds
     interpreter-only library functions (tl.sum, tl.cdiv) and cannot compile a kernel. Each job
-    gets its kernels or its error; a process that dies or runs past the limit fails them all."""
+    gets its kernels or its error; a process that dies or runs past the limit fails them all.
+    The result is the candidate's process's word: it places the candidate in the archive and
+    never decides its verdict."""
     _gpu_target(target)  # a bad target fails here, not in the child
     if not jobs:
         return []
-    with tempfile.TemporaryDirectory(prefix="solforge-describe-") as folder:
-        request, result = Path(folder) / "request.json", Path(folder) / "result.json"
+    with tempfile.TemporaryDirectory(prefix="solforge-describe-") as name:
+        folder, output = Path(name), Path(name) / "result"
+        folder.chmod(0o755)  # the request holds the candidates' own sources: the sandbox reads it
+        output.mkdir()
+        request, result = folder / "request.json", output / "result.json"
         request.write_text(json.dumps({
             "target": target, "device": device, "sass": sass,
             "jobs": [_job_to_json(job) for job in jobs]}))
-        env = {name: value for name, value in python_env(dict(os.environ)).items()
-               if name != "TRITON_INTERPRET"}
-        command = python_command("solforge.forge.capture", str(request), str(result))
-        finished = run_captured(command, timeout_s, env, Path(folder))
+        request.chmod(0o644)
+        env = {key: value for key, value in python_env(dict(os.environ)).items()
+               if key not in ("TRITON_INTERPRET", KEY_ENV)}
+        problems = [Path(job.problem.root) for job in jobs]
+        finished = run_module_sandboxed("solforge.forge.capture", [str(request), str(result)],
+                                        timeout_s, env, folder, output, readable=problems,
+                                        device_type="cuda" if device == "cuda" else "cpu")
         if finished.returncode != 0 or not result.is_file():
             reason = (f"ran past {timeout_s:g} s" if finished.timed_out
                       else describe_exit(finished.returncode))

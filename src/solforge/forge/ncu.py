@@ -14,7 +14,9 @@ Light, Occupancy, Launch Statistics, Memory Workload Analysis):
     launch__registers_per_thread                            registers per thread
     lts__t_sector_hit_rate.pct                              L2 hit rate, %
 
-The candidate runs in a child process under `ncu` (never in the optimizer's): its entry point
+The candidate runs in a child process under `ncu` (never in the optimizer's), and both run in
+a sandbox like a worker's (harness/sandbox: a private uid, writes only to their own folders, no
+ptrace of other processes), since the candidate's code is hostile: its entry point
 is called WARMUP times (Triton compiles, autotuners choose) and then once inside an NVTX range
 that ncu is limited to, so only that call's kernels are profiled. These metrics are feedback,
 never fitness: the harness's timing alone decides the archive. Without `ncu` on PATH, or on a
@@ -38,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from solforge.harness.process import python_command, python_env, run_captured
+from solforge.harness.baseline import KEY_ENV
+from solforge.harness.process import python_command, python_env, run_program_sandboxed
 
 NVTX_RANGE = "solforge_profile"
 WARMUP = 2
@@ -110,15 +113,22 @@ def profile_solution(solution: dict[str, Any], problem_dir: Path, workload_uuid:
     ncu = shutil.which("ncu")
     if ncu is None:
         return Profile(error="ncu is not on PATH")
-    with tempfile.TemporaryDirectory(prefix="solforge-ncu-") as folder:
-        request = Path(folder) / "request.json"
-        report = Path(folder) / "report.csv"
+    with tempfile.TemporaryDirectory(prefix="solforge-ncu-") as name:
+        folder, output = Path(name), Path(name) / "report"
+        folder.chmod(0o755)  # the request holds the candidate's own source: the sandbox reads it
+        output.mkdir()
+        request, report = folder / "request.json", output / "report.csv"
         request.write_text(json.dumps({"solution": solution, "problem": str(problem_dir),
                                        "workload": workload_uuid}))
+        request.chmod(0o644)
         command = [ncu, "--csv", "--print-units", "base", "--log-file", str(report),
                    "--metrics", ",".join(METRICS), "--nvtx", "--nvtx-include",
                    f"{NVTX_RANGE}/", *python_command("solforge.forge.ncu", str(request))]
-        finished = run_captured(command, timeout_s, python_env(dict(os.environ)), Path(folder))
+        env = {k: v for k, v in python_env(dict(os.environ)).items() if k != KEY_ENV}
+        # ncu runs the candidate: both in a sandbox like a worker's (see capture.py)
+        finished = run_program_sandboxed(command, timeout_s, env, folder, output,
+                                         readable=[Path(problem_dir), Path(ncu)],
+                                         device_type="cuda")
         text = report.read_text(errors="replace") if report.is_file() else ""
         if finished.returncode != 0:
             reason = ("timed out" if finished.returncode is None

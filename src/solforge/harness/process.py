@@ -78,24 +78,31 @@ def run_captured(argv: Sequence[str], timeout_s: float, env: dict[str, str],
 
 
 def run_module_sandboxed(module: str, args: Sequence[str], timeout_s: float,
-                         env: dict[str, str], folder: Path, output: Path) -> Finished:
+                         env: dict[str, str], folder: Path, output: Path,
+                         readable: Sequence[Path] = (), device_type: str = "cpu") -> Finished:
     """`python -m module args` to completion in a sandbox like a worker's (private uid and
-    folder, PID namespace, Landlock, seccomp) that may read `folder` and write only its own
-    private folder and `output` (the solution's own build folder): the compile step, so nothing
-    a compiler flag or a build script runs can touch the driver's other files. Without a
-    sandbox (SOLFORGE_SANDBOX=off), a plain run."""
-    return _run_sandboxed(module, list(args), timeout_s, env, folder, output)
+    folder, PID namespace, Landlock, seccomp) that may read `folder` (and `readable`) and write
+    only its own private folder and `output` (the solution's own build folder): the compile
+    step, so nothing a compiler flag or a build script runs can touch the driver's other
+    files; `device_type` "cuda" opens the GPU to it. Without a sandbox (SOLFORGE_SANDBOX=off),
+    a plain run."""
+    return _run_sandboxed(module, list(args), timeout_s, env, folder, output, readable,
+                          device_type)
 
 
 def run_program_sandboxed(argv: Sequence[str], timeout_s: float, env: dict[str, str],
-                          folder: Path, output: Path) -> Finished:
+                          folder: Path, output: Path, readable: Sequence[Path] = (),
+                          device_type: str = "cpu") -> Finished:
     """A program (nvcc, say) run like `run_module_sandboxed`: restricted before it starts."""
-    return _run_sandboxed(None, list(argv), timeout_s, env, folder, output)
+    return _run_sandboxed(None, list(argv), timeout_s, env, folder, output, readable,
+                          device_type)
 
 
 def _run_sandboxed(module: str | None, args: list[str], timeout_s: float, env: dict[str, str],
-                   folder: Path, output: Path) -> Finished:
-    policy = policy_for((str(folder.resolve()),))
+                   folder: Path, output: Path, readable: Sequence[Path] = (),
+                   device_type: str = "cpu") -> Finished:
+    paths = dict.fromkeys(str(Path(p).resolve()) for p in (folder, *readable))
+    policy = policy_for(tuple(paths), device_type)
     if not policy.enabled:
         plain = python_command(module, *args) if module else args
         return run_captured(plain, timeout_s, env, folder)
