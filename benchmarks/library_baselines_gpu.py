@@ -135,11 +135,14 @@ def main(argv: list[str] | None = None) -> int:
         done["problems"].append(record)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(done, indent=1) + "\n")
-    left = [a for a in addresses if a not in seen]  # not yet looked at, or missing a library
+    left = [a for a in addresses if a not in seen and has_library(a)]
     log(f"{len(done['problems'])} problems with a library baseline recorded, {len(left)} left "
-        f"({len(skipped)} for want of their library); "
-        f"wrote {output}")
+        f"({len(skipped)} for want of their library); wrote {output}")
     return 0 if not left else 3
+
+
+def has_library(address: str) -> bool:
+    return library_baseline(open_problem(address).definition) is not None
 
 
 if __name__ == "__main__":
