@@ -77,6 +77,12 @@ def test_a_worker_account_is_carved_out_of_the_phase_it_describes():
     assert table["loop_receive"] == pytest.approx(0.75)
     assert table["eager/timing"] == 0.0 and table["eager/loop_calls"] == 0.5
     assert sum(v for k, v in table.items() if k != "eager") == pytest.approx(1.5)
+    with phases.collecting() as log:
+        phases.record("correctness", 1.0)
+        phases.carve_all("correctness", {"round_checks": 1.5, "round_calls": 0.5})
+    table = {t.name: t.seconds for t in log.totals()}  # 2 s told of 1 held: halved, none lost
+    assert table["round_checks"] == pytest.approx(0.75)
+    assert table["round_calls"] == pytest.approx(0.25) and table["correctness"] == 0.0
 
 
 def test_phases_cost_nothing_without_a_log():

@@ -326,9 +326,9 @@ def _record_worker_seconds(reported: Any, parent: str, prefix: str) -> None:
     phases of the table, never into a verdict)."""
     if not isinstance(reported, dict):
         return
-    for part, seconds in list(reported.items())[:8]:
-        if isinstance(part, str) and part.isidentifier() and _is_number(seconds):
-            phases.carve(parent, f"{prefix}_{part}", float(seconds))
+    parts = {f"{prefix}_{part}": float(seconds) for part, seconds in list(reported.items())[:8]
+             if isinstance(part, str) and part.isidentifier() and _is_number(seconds)}
+    phases.carve_all(parent, parts)
 
 
 def _timed_failure(verdict: Comparison, iteration: int) -> Comparison:

@@ -96,6 +96,18 @@ class PhaseLog:
             self._seconds[parent] -= moved
             self.add(name, moved)
 
+    def carve_all(self, parent: str, parts: Mapping[str, float]) -> None:
+        """`carve` several parts at once, scaled down together when they add up to more than
+        `parent` holds: the other process's account overlaps the driver's own nested phases
+        (its checks after a call run while the driver compares), and scaling keeps every part
+        in proportion where carving in turn would leave the last ones nothing."""
+        outer = next((entry[0] for entry in reversed(self._stack) if entry[4]), None)
+        held = self._seconds.get(f"{outer}/{parent}" if outer else parent, 0.0)
+        total = sum(max(seconds, 0.0) for seconds in parts.values())
+        scale = min(1.0, held / total) if total > 0 else 0.0
+        for name, seconds in parts.items():
+            self.carve(parent, name, max(seconds, 0.0) * scale)
+
     def add(self, name: str, seconds: float, count: int = 1) -> None:
         self._seconds[name] = self._seconds.get(name, 0.0) + max(0.0, seconds)
         self._counts[name] = self._counts.get(name, 0) + count
@@ -158,6 +170,13 @@ def carve(parent: str, name: str, seconds: float) -> None:
     log = _CURRENT.get()
     if log is not None:
         log.carve(parent, name, seconds)
+
+
+def carve_all(parent: str, parts: Mapping[str, float]) -> None:
+    """Move several parts' time out of `parent` in proportion (see `PhaseLog.carve_all`)."""
+    log = _CURRENT.get()
+    if log is not None:
+        log.carve_all(parent, parts)
 
 
 def as_dict(totals: tuple[PhaseTotal, ...]) -> dict[str, dict[str, float | int]]:
