@@ -49,7 +49,6 @@ from solforge.data.dtypes import storage_shape
 from solforge.data.solution import Solution, parse_solution
 from solforge.data.workload import Workload
 from solforge.errors import SolforgeError
-from solforge.harness.baseline import KEY_ENV
 from solforge.harness.process import describe_exit, python_env, run_module_sandboxed
 from solforge.problem.inputs import make_inputs
 from solforge.problem.problem import Problem, load_problem, tensor_shape
@@ -114,9 +113,10 @@ def capture_solutions(jobs: Sequence[CaptureJob], target: str = "sm_90a", device
     """Capture each job's kernels (see capture_kernels) in one fresh Python process.
 
     The candidates' code never runs in the caller: it runs in a sandbox like a worker's (a
-    private uid, writes only to its own folder and the result's, no ptrace; harness/sandbox),
-    since importing a candidate runs whatever it holds, and the caller's files (the store, the
-    baseline key, solforge's own source) must stay out of its reach. Triton in that process is
+    private uid, writes only to its own folder and the result's, no ptrace, no baseline key's
+    path in its environment; harness/process.py), since importing a candidate runs whatever it
+    holds, and the caller's files (the store, the baseline key, solforge's own source) must
+    stay out of its reach. Triton in that process is
     never in interpreter mode: a process that imported Triton with TRITON_INTERPRET=1 holds
     interpreter-only library functions (tl.sum, tl.cdiv) and cannot compile a kernel. Each job
     gets its kernels or its error; a process that dies or runs past the limit fails them all.
@@ -135,7 +135,7 @@ def capture_solutions(jobs: Sequence[CaptureJob], target: str = "sm_90a", device
             "jobs": [_job_to_json(job) for job in jobs]}))
         request.chmod(0o644)
         env = {key: value for key, value in python_env(dict(os.environ)).items()
-               if key not in ("TRITON_INTERPRET", KEY_ENV)}
+               if key != "TRITON_INTERPRET"}
         problems = [Path(job.problem.root) for job in jobs]
         finished = run_module_sandboxed("solforge.forge.capture", [str(request), str(result)],
                                         timeout_s, env, folder, output, readable=problems,

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from solforge.harness.baseline import KEY_ENV
 from solforge.harness.process import python_command, python_env, run_program_sandboxed
 
 NVTX_RANGE = "solforge_profile"
@@ -124,10 +123,9 @@ def profile_solution(solution: dict[str, Any], problem_dir: Path, workload_uuid:
         command = [ncu, "--csv", "--print-units", "base", "--log-file", str(report),
                    "--metrics", ",".join(METRICS), "--nvtx", "--nvtx-include",
                    f"{NVTX_RANGE}/", *python_command("solforge.forge.ncu", str(request))]
-        env = {k: v for k, v in python_env(dict(os.environ)).items() if k != KEY_ENV}
         # ncu runs the candidate: both in a sandbox like a worker's (see capture.py)
-        finished = run_program_sandboxed(command, timeout_s, env, folder, output,
-                                         readable=[Path(problem_dir), Path(ncu)],
+        finished = run_program_sandboxed(command, timeout_s, python_env(dict(os.environ)), folder,
+                                         output, readable=[Path(problem_dir), Path(ncu)],
                                          device_type="cuda")
         text = report.read_text(errors="replace") if report.is_file() else ""
         if finished.returncode != 0:

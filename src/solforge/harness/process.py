@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from solforge.harness.baseline import KEY_ENV
 from solforge.harness.output_log import OutputLog
 from solforge.harness.sandbox import Sandbox, launcher, policy_for, protected_driver
 from solforge.harness.sandbox.spec import SandboxSpec
@@ -101,6 +102,7 @@ def run_program_sandboxed(argv: Sequence[str], timeout_s: float, env: dict[str, 
 def _run_sandboxed(module: str | None, args: list[str], timeout_s: float, env: dict[str, str],
                    folder: Path, output: Path, readable: Sequence[Path] = (),
                    device_type: str = "cpu") -> Finished:
+    env = {k: v for k, v in env.items() if k != KEY_ENV}  # where the key is: not its business
     paths = dict.fromkeys(str(Path(p).resolve()) for p in (folder, *readable))
     policy = policy_for(tuple(paths), device_type)
     if not policy.enabled:

@@ -70,7 +70,7 @@ def unblocked_threads() -> dict[int, int]:
     found = {}
     with contextlib.suppress(OSError):
         for tid in os.listdir("/proc/self/task"):
-            mask = _blocked_mask(f"/proc/self/task/{tid}/status")
+            mask = _status_field(f"/proc/self/task/{tid}/status", b"SigBlk")
             if mask is not None and BLOCKED_BITS & ~mask:
                 found[int(tid)] = BLOCKED_BITS & ~mask
     return found
@@ -111,10 +111,6 @@ def _python_handler(number: int) -> object:
         return signal.getsignal(number)
     except (ValueError, OSError):
         return None
-
-
-def _blocked_mask(status_file: str) -> int | None:
-    return _status_field(status_file, b"SigBlk")
 
 
 def _status_field(status_file: str, field: bytes) -> int | None:
