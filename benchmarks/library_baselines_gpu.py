@@ -3,14 +3,15 @@ that map to one, and score the shipped solutions against them.
 
     python benchmarks/library_baselines_gpu.py [PROBLEM...] [-o OUT.json] [--device cuda|cpu]
                                                [--smallest N] [--deadline-s S]
-                                               [--retry-failed]
+                                               [--retry-failed] [--again TEXT ...]
 
 Without PROBLEM: every bundled problem with a library baseline (harness/library_baselines.py).
 Each library solution is judged by the harness like any candidate (correctness first, kernel-only
 time), so its time is T_lib; a shipped solution of the same problem gets
 S_lib = (T_lib - T_SOL) / ((T_k - T_SOL) + (T_lib - T_SOL)) per workload. Resumable (problems in
 OUT are skipped, and so are those under its "failed", with the error that ended them, unless
---retry-failed; one problem's crash is recorded there and the run goes on) and stops starting
+--retry-failed; one problem's crash is recorded there and the run goes on; --again TEXT judges
+again the recorded problems whose address contains a TEXT) and stops starting
 new problems after --deadline-s. On a GPU, a problem whose library is not installed is left for
 a machine that has it. Writes benchmarks/results/h200-library-baselines.json (or
 library-baselines-cpu.json in CPU mode, where the libraries cannot run and each record says
@@ -95,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline-s", type=float, default=540.0)
     parser.add_argument("--retry-failed", action="store_true",
                         help="judge again the problems whose run raised before")
+    parser.add_argument("--again", nargs="+", default=[], metavar="TEXT",
+                        help="judge again the recorded problems whose address contains a TEXT")
     args = parser.parse_args(argv)
     output = args.output or RESULTS / ("h200-library-baselines.json" if args.device == "cuda"
                                        else "library-baselines-cpu.json")
@@ -102,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     done |= {"machine": recorded_environment(args.device), "date": time.strftime("%Y-%m-%d")}
     failed = {} if args.retry_failed else done.get("failed", {})
     done["failed"] = failed
+    done["problems"] = [r for r in done["problems"]
+                        if not any(text in r["problem"] for text in args.again)]
     seen = {r["problem"] for r in done["problems"]} | set(failed)
     addresses = args.problems or [address_of(d) for d in bundled_problem_dirs()]
     config = EvalConfig(device=args.device, baseline="eager" if args.device == "cpu" else "best",

@@ -19,7 +19,9 @@
 #                        judges again the examples whose key contains a TEXT)
 #           libraries    the library baselines (cuDNN SDPA, cuBLASLt, FlashInfer) of the
 #                        problems that map to one (benchmarks/library_baselines_gpu.py; goes
-#                        on from the committed benchmarks/results/h200-library-baselines.json)
+#                        on from the committed benchmarks/results/h200-library-baselines.json;
+#                        LIBRARIES_AGAIN="TEXT ..." judges again the recorded problems whose
+#                        address contains a TEXT)
 #           phases       one evaluation's phase table, cold then warm (benchmarks/eval_phases.py)
 #           ipc          CUDA IPC between uids (benchmarks/cuda_ipc_probe.py; run as root)
 #
@@ -157,8 +159,10 @@ stage_examples() {
 stage_libraries() {
     seed_from_results h200-library-baselines.json "$out/library-baselines.json"
     import_baselines
+    # shellcheck disable=SC2086
     "$python" benchmarks/library_baselines_gpu.py -o "$out/library-baselines.json" \
-        --deadline-s "$deadline" 2>&1 | tee -a "$out/libraries.log"
+        --deadline-s "$deadline" ${LIBRARIES_AGAIN:+--again $LIBRARIES_AGAIN} 2>&1 \
+        | tee -a "$out/libraries.log"
     export_baselines
 }
 

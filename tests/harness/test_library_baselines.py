@@ -5,8 +5,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -177,3 +181,58 @@ def test_the_library_score_replaces_t_b_by_the_library_time_on_a_gpu_only():
     run.device = torch.device("cuda")
     assert run._library_score(1.0, with_library, sol) == score_against_library(1.0, 3.0, 0.5)
     assert run._library_score(1.0, BaselineReport("eager", 2.0), sol) is None
+
+
+@pytest.mark.slow
+def test_a_library_that_cannot_start_in_the_sandbox_fails_with_its_reason(tmp_path, monkeypatch):
+    """FlashInfer opens a log file in its workspace when imported: where the worker may not
+    write there, the import fails before the worker is READY. That is the solution's
+    COMPILE_ERROR naming the module and the error, not a bare 'exited with code 1'."""
+    site = Path(tempfile.mkdtemp(prefix="solforge-site-"))  # readable by a private uid too
+    os.chmod(site, 0o755)
+    (site / "flashinfer").mkdir(mode=0o755)
+    (site / "flashinfer" / "__init__.py").write_text(
+        "raise PermissionError(13, 'Permission denied', '/shared/flashinfer_jit.log')\n")
+    os.chmod(site / "flashinfer" / "__init__.py", 0o644)
+    monkeypatch.setenv("PYTHONPATH", f"{site}:{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.syspath_prepend(str(site))  # installed, as the driver sees it
+    problem = load_problem(PROBLEMS / "rmsnorm_small")
+    solution = replace(_library(problem, "flashinfer", "return run({names})").solution,
+                       spec_extra={"dependencies": ["flashinfer"]})
+    config = EvalConfig(device="cpu", baseline="eager", smallest=1, limits=short_limits(),
+                        cache_dir=tmp_path / "cache")
+    try:
+        [trace] = evaluate(problem, solution, config)
+    finally:
+        shutil.rmtree(site)
+    assert trace.status is Status.COMPILE_ERROR, trace.evaluation.log
+    message = trace.evaluation.log
+    assert "importing 'flashinfer', which the solution needs, failed" in message
+    assert "PermissionError" in message and "flashinfer_jit.log" in message
+
+
+def test_library_script_judges_again_the_problems_it_is_told(tmp_path, monkeypatch):
+    """`--again TEXT` re-judges the recorded problems whose address has TEXT (FlashInfer's
+    RMSNorms, recorded as RUNTIME_ERROR before the sandbox gave it its own workspace); the
+    others stay as recorded."""
+    spec = importlib.util.spec_from_file_location(
+        "library_baselines_gpu", REPO / "benchmarks" / "library_baselines_gpu.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "lib.json"
+    old = [{"problem": p, "library": "x", "workloads": {"w": {"status": "RUNTIME_ERROR"}}}
+           for p in ("l1/rmsnorm_llama3_1_8b", "l1/hgemm_fp16")]
+    out.write_text(json.dumps({"problems": old}))
+    judged = []
+
+    def judge(address, config):
+        judged.append(address)
+        return {"problem": address, "library": "x", "workloads": {"w": {"status": "PASSED"}}}
+
+    monkeypatch.setattr(script, "judge_problem", judge)
+    script.main(["l1/rmsnorm_llama3_1_8b", "l1/hgemm_fp16", "-o", str(out), "--device", "cpu",
+                 "--again", "rmsnorm"])
+    assert judged == ["l1/rmsnorm_llama3_1_8b"]
+    statuses = {r["problem"]: r["workloads"]["w"]["status"]
+                for r in json.loads(out.read_text())["problems"]}
+    assert statuses == {"l1/rmsnorm_llama3_1_8b": "PASSED", "l1/hgemm_fp16": "RUNTIME_ERROR"}

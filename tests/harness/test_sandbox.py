@@ -289,3 +289,17 @@ def launcher_exec(spec, command: list[str]) -> list[str]:
     from solforge.harness.sandbox import launcher
 
     return launcher.command([spec.to_json(), "--exec", *command])
+
+
+def test_library_workspaces_are_the_sandboxs_own():
+    """Where the driver points FlashInfer at a shared workspace, a worker gets its own (its
+    import writes a log there): none of the JIT caches a candidate writes is another's."""
+    sandbox = Sandbox(policy_for((str(ATTACKS),), "cpu"))
+    try:
+        env = sandbox.env({"FLASHINFER_WORKSPACE_BASE": "/shared/fi_ws",
+                           "TRITON_CACHE_DIR": "/shared/triton", "PATH": "/usr/bin"})
+        for name in ("FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR", "HOME"):
+            assert Path(env[name]).is_relative_to(sandbox.folder), (name, env[name])
+        assert env["PATH"] == "/usr/bin"
+    finally:
+        sandbox.remove()

@@ -23,6 +23,7 @@ from solforge.harness import phases
 from solforge.harness.baseline import BaselineCache, export_baselines, import_baselines
 from solforge.harness.evaluate import EvalConfig, EvaluationRun, evaluate
 from solforge.harness.pool import WorkerPool, shared_pool
+from solforge.harness.startup import waited_steps
 from solforge.harness.supervisor import worker_env
 from solforge.measure.timing import (
     StopRule,
@@ -83,6 +84,17 @@ def test_a_worker_account_is_carved_out_of_the_phase_it_describes():
     table = {t.name: t.seconds for t in log.totals()}  # 2 s told of 1 held: halved, none lost
     assert table["round_checks"] == pytest.approx(0.75)
     assert table["round_calls"] == pytest.approx(0.25) and table["correctness"] == 0.0
+
+
+def test_a_workers_start_is_charged_only_where_the_driver_waited():
+    """A pre-spawned worker imported torch before anyone waited: only the steps (or the parts
+    of them) inside the driver's wait are its `start_` phases. Malformed marks count nothing."""
+    marks = [["interpreter", 1.0], ["torch", 3.0], ["idle", 10.0], ["config", 11.0],
+             ["warm_up", 11.5]]
+    assert waited_steps(marks, 0.0, (5.0, 12.0)) == {"idle": 5.0, "config": 1.0, "warm_up": 0.5}
+    assert waited_steps(marks, 0.0, (0.0, 2.0)) == {"interpreter": 1.0, "torch": 1.0}
+    assert waited_steps([["torch", "soon"]], 0.0, (0.0, 9.0)) == {}
+    assert waited_steps("torch", 0.0, (0.0, 9.0)) == {}
 
 
 def test_phases_cost_nothing_without_a_log():
@@ -240,6 +252,7 @@ def test_evaluation_records_its_phases_and_times_adaptively(tmp_path, monkeypatc
         assert name in table, sorted(table)
     for part in ("receive", "checks", "calls", "hand_over"):  # the worker's own account
         assert table[f"round_{part}"] > 0 and table[f"loop_{part}"] > 0, sorted(table)
+    assert table["start_warm_up"] > 0 and "start_config" in table, sorted(table)  # after take
     assert 0.5 * wall < sum(table.values()) <= wall * 1.01
     assert os.stat(tmp_path / "key").st_mode & 0o777 == 0o600
     out = tmp_path / "exported.json"

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from solforge.harness import startup
 from solforge.harness.channel import FrameReader
 from solforge.harness.pool import PLACE, PREWARM_ENV
 
@@ -26,21 +27,28 @@ def _prewarm() -> None:
 
     from solforge.measure.timing import time_iterations
 
+    startup.mark("torch")
     if os.environ.get(PREWARM_ENV) != "1":
         return
     with contextlib.suppress(ImportError):
         import triton  # noqa: F401
+    startup.mark("triton")
     if torch.cuda.is_available():
         torch.randn(1 << 16, device="cuda").sum()
+        startup.mark("cuda")
         time_iterations(lambda i: None, iterations=1, warmup=0, method="kernel")
+        startup.mark("profiler")
 
 
 def main(result_fd: int, command_fd: int, area_fd: int | None = None) -> None:
+    startup.mark("interpreter")
     from solforge.harness import worker
 
+    startup.mark("harness")
     with contextlib.suppress(Exception):  # the worker's own warm-up meets it again, and says
         _prewarm()
     frame = FrameReader(command_fd, b"").receive(time.monotonic() + _FOREVER)
+    startup.mark("idle")  # waiting to be taken: before anyone waits for it, unless it was late
     if frame.kind != PLACE or not isinstance(frame.meta.get("cwd"), str):
         raise SystemExit(f"protocol: expected {PLACE!r} first, got {frame.kind!r}")
     os.chdir(frame.meta["cwd"])

@@ -13,6 +13,7 @@ driver's cache.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,6 +34,7 @@ from solforge.harness.process import python_env
 from solforge.harness.protocol import WorkerConfig
 from solforge.harness.sandbox import Policy, Sandbox, jit_cache, policy_for, protected_driver
 from solforge.harness.session import Limits, WorkerLost, WorkerSession
+from solforge.harness.startup import waited_steps
 
 Progress = Callable[[str], None]
 
@@ -215,9 +217,12 @@ def _placed(build: Build | None, sandbox: Sandbox | None) -> Build | None:
 
 
 def _await_ready(session: WorkerSession, timeout_s: float) -> None:
-    """The worker's READY; its FAILURE (the solution did not load) is final."""
+    """The worker's READY; its FAILURE (the solution did not load) is final. The steps of
+    the worker's start that this wait saw are charged to `start_<step>` (startup.py)."""
+    waited_from = time.monotonic()
     frame = session.receive(session.deadline(timeout_s), 0,
                             f"the solution did not load within {timeout_s:g} s")
+    ready_at = time.monotonic()
     if frame.kind == protocol.FAILURE:
         raise WorkerLost(parse_status(frame.meta.get("status")), str(frame.meta.get("message", "")))
     if frame.kind != protocol.READY:
@@ -225,6 +230,10 @@ def _await_ready(session: WorkerSession, timeout_s: float) -> None:
     seconds = frame.meta.get("import_seconds")
     if isinstance(seconds, (int, float)):
         record("candidate_import", float(seconds))
+    steps = waited_steps(frame.meta.get("startup"), session.spawned.started,
+                         (waited_from, ready_at))
+    for step, spent in steps.items():
+        record(f"start_{step}", spent)
 
 
 def _finish_all(pending: list[Workload], results: dict[str, WorkloadResult], status: Status,

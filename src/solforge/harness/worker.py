@@ -41,7 +41,7 @@ import torch
 from solforge.data.dtypes import storage_shape
 from solforge.data.trace import Status
 from solforge.data.workload import Workload
-from solforge.harness import handover, protocol, signals
+from solforge.harness import handover, protocol, signals, startup
 from solforge.harness.area import TO_DRIVER, TO_WORKER, Area
 from solforge.harness.channel import Frame, FrameReader, FrameWriter
 from solforge.harness.guards import Guards, Violation
@@ -109,13 +109,16 @@ class Worker:
     def start(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        for package in self.config.preload:
-            importlib.import_module(package)
+        self._preload()
+        startup.mark("preload")
         self._warm_up_harness()
+        startup.mark("warm_up")
         if self.config.role == protocol.CANDIDATE:
             self.guards = Guards(self.device)
             self.guard_check = self.guards.check  # bound before the candidate exists
             self._pin_harness_objects(self.guards)
+        startup.mark("guards")
+        start_marks = startup.marks()  # taken before the candidate's code exists
         began = time.perf_counter()
         try:
             self.function = self._load_function()
@@ -123,7 +126,21 @@ class Worker:
             raise CandidateFault(Status.COMPILE_ERROR, f"loading the solution failed:\n"
                                                        f"{_format(exc)}", fatal=True) from None
         self._check_guards("while being imported", fatal=True)
-        self.link.send(protocol.READY, {"import_seconds": time.perf_counter() - began})
+        self.link.send(protocol.READY, {"import_seconds": time.perf_counter() - began,
+                                        "startup": start_marks})
+
+    def _preload(self) -> None:
+        """Import the modules the solution needs before the guards' snapshot; one that fails to
+        import (missing, or unable to start in the sandbox) fails the solution with its reason,
+        not the process with a bare exit code."""
+        for package in self.config.preload:
+            try:
+                importlib.import_module(package)
+            except Exception as exc:
+                raise CandidateFault(Status.COMPILE_ERROR,
+                                     f"importing {package!r}, which the solution needs, failed: "
+                                     f"{type(exc).__name__}: {exc}\n{_format(exc)}",
+                                     fatal=True) from None
 
     def _pin_harness_objects(self, guards: Guards) -> None:
         """The harness's own objects keep their state: a guard hook set to None, a wrapped
@@ -640,6 +657,7 @@ def main(result_fd: int, command_fd: int, area_fd: int | None = None) -> None:
         outbox, inbox = Area(area_fd, TO_DRIVER), Area(area_fd, TO_WORKER, pin_reads=True)
     link = Link(FrameWriter(result_fd, key, outbox), FrameReader(command_fd, key, area=inbox))
     worker = Worker(config, link)
+    startup.mark("config")
     try:
         worker.start()
     except CandidateFault as fault:

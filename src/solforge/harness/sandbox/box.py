@@ -60,7 +60,10 @@ class Sandbox:
                    TRITON_HOME=home, TRITON_CACHE_DIR=f"{cache}/triton",
                    TORCHINDUCTOR_CACHE_DIR=f"{cache}/inductor",
                    TORCH_EXTENSIONS_DIR=f"{cache}/torch_extensions",
-                   CUDA_CACHE_PATH=f"{cache}/nv")
+                   CUDA_CACHE_PATH=f"{cache}/nv",
+                   # FlashInfer opens a log in its workspace when imported and JIT-builds there:
+                   # its own, as for Triton. Its kernels come ahead of time (flashinfer-jit-cache).
+                   FLASHINFER_WORKSPACE_BASE=home)
         return env
 
     def copy_in(self, source: Path, files: list[Path]) -> Path:
