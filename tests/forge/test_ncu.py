@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import TESTS
 
+from solforge.forge import ncu as ncu_module
 from solforge.forge.llm.prompt import attempt_block
 from solforge.forge.llm.records import LlmAttempt
 from solforge.forge.ncu import METRICS, NVTX_RANGE, Profile, parse_ncu_csv, profile_solution
@@ -182,3 +183,13 @@ def test_a_triton_rmsnorm_is_profiled_on_the_gpu():
     assert profile.error is None, profile.error
     assert profile.kernels and all(k.duration_us and k.duration_us > 0 for k in profile.kernels)
     assert any(k.dram_pct is not None for k in profile.kernels)
+
+
+def test_an_empty_report_says_what_ncu_said():
+    """The sandbox's user may not read the counters where the driver restricts them to admins;
+    ncu then profiles nothing, and the feedback must say why, not guess."""
+    denied = "==PROF== Connected to process 7\n==ERROR== ERR_NVGPUCTRPERM - The user does not"
+    assert "administrators only" in ncu_module._no_kernel_reason(denied)
+    other = "==PROF== Connected to process 7\n==WARNING== No kernels were profiled.\n"
+    assert ncu_module._no_kernel_reason(other).endswith("==WARNING== No kernels were profiled.")
+    assert ncu_module._no_kernel_reason("") == "ncu profiled no kernel in the call"

@@ -135,8 +135,20 @@ def profile_solution(solution: dict[str, Any], problem_dir: Path, workload_uuid:
             return Profile(error=f"ncu {reason}: {tail}")
         kernels = parse_ncu_csv(text or finished.log)
         if not kernels:
-            return Profile(error="ncu profiled no kernel in the call (is it a GPU kernel?)")
+            return Profile(error=_no_kernel_reason(finished.log + text))
         return Profile(kernels)
+
+
+def _no_kernel_reason(log: str) -> str:
+    """Why ncu's report holds no kernel, with what ncu said: the counters' permission (a
+    driver that lets only administrators profile, and the sandbox's user is none), or the
+    tail of its log."""
+    if "ERR_NVGPUCTRPERM" in log:
+        return ("ncu may not read the GPU's performance counters as the sandbox's unprivileged "
+                "user (the driver allows profiling by administrators only: "
+                "NVreg_RestrictProfilingToAdminUsers=1)")
+    tail = "\n".join(line for line in log.strip().splitlines()[-12:] if line.strip())
+    return "ncu profiled no kernel in the call" + (f"; it said:\n{tail}" if tail else "")
 
 
 def parse_ncu_csv(text: str) -> tuple[KernelMetrics, ...]:
