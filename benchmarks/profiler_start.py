@@ -33,11 +33,11 @@ t.append(("cuda_context_and_first_kernel", time.perf_counter()))
 from torch.profiler import ProfilerActivity, profile
 t.append(("import_torch_profiler", time.perf_counter()))
 kinds = {"cuda": [ProfilerActivity.CUDA], "cpu_cuda": [ProfilerActivity.CPU, ProfilerActivity.CUDA]}
-for label in sys.argv[1:]:
+for n, label in enumerate(sys.argv[1:], 1):
     with profile(activities=kinds[label]) as prof:
         torch.randn(1 << 16, device="cuda").sum(); torch.cuda.synchronize()
     prof.profiler.kineto_results.events()
-    t.append((f"profiler_session_{label}", time.perf_counter()))
+    t.append((f"profiler_session_{n}_{label}", time.perf_counter()))
 print(json.dumps({b[0]: round(b[1] - a[1], 4) for a, b in zip(t, t[1:])}))
 """
 
