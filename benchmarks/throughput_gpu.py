@@ -229,8 +229,9 @@ def suite(call: Call) -> dict[str, Any] | None:
                             config)
         seconds = time.monotonic() - began
         measured[mode] = {"seconds": round(seconds, 2), "traces": outcome.measured,
-                          "failures": list(outcome.failures)}
-        log(f"suite {mode}: {len(planned)} problems in {seconds:.1f} s")
+                          "failures": list(outcome.failures), "phases": outcome.phases}
+        log(f"suite {mode}: {len(planned)} problems in {seconds:.1f} s; the units' phases "
+            f"(seconds, summed over units):\n{format_table(outcome.phases, 1)}")
     scale = len(every) / len(planned)
     return {
         "sample": [p.address for p in planned], "suite_problems": len(every),

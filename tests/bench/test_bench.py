@@ -104,6 +104,9 @@ def test_the_cpu_default_is_the_problems_with_solutions(solutions):
 def test_bench_stores_everything_and_a_rerun_skips_it(tmp_path, solutions):
     store, outcome = _bench(tmp_path, solutions)
     assert (outcome.measured, outcome.skipped, outcome.interrupted) == (2, 0, False)
+    # where the units' time went, summed over both (the suite's phase table on the GPU)
+    assert {"unit_start", "worker_wait", "correctness", "timing"} <= set(outcome.phases)
+    assert outcome.phases["correctness"]["count"] >= 1
     traces = {row.record["solution"]: row for row in store.rows(TraceRow)}
     assert set(traces) == {"reference:eager", "honest_rmsnorm"}
     assert all(row.status == "PASSED" and row.device == "cpu" for row in traces.values())

@@ -31,6 +31,7 @@ from solforge.errors import SolforgeError
 from solforge.hardware.profile import HardwareProfile
 from solforge.harness.baseline import BASELINES, KINDS, reference_solution_name
 from solforge.harness.evaluate import EvalConfig, select_workloads
+from solforge.harness.phases import merge
 from solforge.harness.session import Limits
 from solforge.runners import RUNNERS, EvalTask, TaskResult, TaskRunner, open_runner
 from solforge.solar.analysis import DEFAULT_FP32_POLICY, analyze_workload
@@ -106,6 +107,7 @@ class BenchOutcome:
     skipped: int
     interrupted: bool
     failures: tuple[str, ...]  # units or analyses that could not run, with the reason
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)  # the units', summed
 
 
 class Reporter(Protocol):
@@ -164,7 +166,8 @@ def _run(problems: list[BenchProblem], store: Store, config: BenchConfig, runner
     finally:
         store.finish_run(run_id, status, recorder.clocks.seen())
     return BenchOutcome(run_id, device.type, machine.hardware, profile.name, tuple(stored),
-                        recorder.measured, skipped, status == "interrupted", tuple(failures))
+                        recorder.measured, skipped, status == "interrupted", tuple(failures),
+                        merge(dispatcher.unit_phases))
 
 
 @dataclass
@@ -288,6 +291,7 @@ class UnitScheduler:
     in_flight: dict[str, Unit] = field(default_factory=dict)  # by task key
     held: dict[str, list[Unit]] = field(default_factory=dict)  # solutions, by problem address
     baselines_left: dict[str, int] = field(default_factory=dict)  # by problem address
+    unit_phases: list[dict] = field(default_factory=list)  # each ended unit's (phases.py)
 
     def start(self, units: list[Unit]) -> None:
         for unit in units:
@@ -308,6 +312,7 @@ class UnitScheduler:
         while (result := self.runner.next_result(timeout)) is not None:
             unit = self.in_flight.pop(result.task.key)
             failures += record(unit, result, save)
+            self.unit_phases.append(result.phases)
             self.report.working_on(f"{unit.problem.address}: {unit.label}: done on "
                                    f"{result.slot} in {result.seconds:.1f} s")
             address = unit.problem.address
