@@ -102,6 +102,8 @@ def test_throughput_script_measures_every_stage_and_resumes(tmp_path):
     for phase in ("worker_wait", "correctness", "timing", "unit_start"):
         assert phase in record["phases"], record["phases"]
     assert record["phases_before"]["worker_wait"] > 0
+    for mode in ("cold", "warm"):  # where the suite sample's time went
+        assert "timing" in record["suite"]["measured"][mode]["phases"], record["suite"]
     exported = json.loads((tmp_path / "cpu-baselines.json").read_text())
     assert exported["baselines"] and exported["format"] == "solforge-baselines/1"
     assert record["optimizer"]["problems_left"] == []
