@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from solforge.hgemm import dispatch, kernels
+from solforge.hgemm import dispatch, kernels, measure
 from solforge.hgemm.baselines import NVMATH_MISSING, Baseline, make_baselines, release
 from solforge.hgemm.bench import (
     BenchRow,
@@ -777,6 +777,13 @@ def test_a_row_timed_with_fewer_rounds_than_asked_is_measured_again(tmp_path):
     bench(shapes, rows_path, FakeMeasurer(), replace(FAST_BENCH, small_rounds=3))
     assert len(rows_path.read_text().splitlines()) == 4
     assert [row.rounds for row in load_rows(rows_path)] == [3, 3]  # the new rows count
+    assert {row.order for row in load_rows(rows_path)} == {"rotated"}
+    fixed = [json.dumps({**json.loads(line), "order": "fixed"})
+             for line in rows_path.read_text().splitlines()[-2:]]
+    rows_path.write_text("\n".join(fixed) + "\n")  # timed in the order rows had before
+    bench(shapes, rows_path, FakeMeasurer(), replace(FAST_BENCH, small_rounds=3))
+    assert [row.order for row in load_rows(rows_path)] == ["rotated", "rotated"]
+    assert len(rows_path.read_text().splitlines()) == 4
 
 
 def test_a_row_timed_before_its_shape_was_tuned_again_is_measured_again(tmp_path):
@@ -795,6 +802,7 @@ def test_a_row_timed_before_its_shape_was_tuned_again_is_measured_again(tmp_path
     assert stale_rows([old], table) == [shape.key] and stale_rows([new], table) == []
     assert summarize_bench([old], table)["stale_rows"]["count"] == 1
     assert summarize_bench([new], table)["stale_rows"]["count"] == 0
+    assert summarize_bench([old], table)["fixed_order_rows"] == 1  # row() builds a fixed one
     # the resume: CPU tensors run torch.matmul, so here a row that names the kernel is stale
     dispatch.use_table(table, retrieval=False)
     rows_path.write_text(json.dumps(replace(new, rounds=99).to_json()) + "\n")
@@ -938,3 +946,24 @@ def test_the_gpu_script_plans_a_call_without_a_gpu():
     lines = script.plan(select_shapes(["grid", "decode"]), 450.0, 0.75)
     assert lines[0].startswith("plan: grid: 1000 shapes") and "decode: 66 shapes" in lines[1]
     assert "Triton kernel sets to precompile" in lines[-1] and "450 s" in lines[-1]
+
+
+def test_interleaved_timing_gives_no_callable_a_place_of_its_own(monkeypatch):
+    """Three callables timed side by side where the first place of every round costs 2 ms and
+    the others 1 ms (whatever runs there): turning the order each round gives each callable
+    every place once per three rounds, so all three read alike (fixed order: 2, 1 and 1)."""
+    ran: list[str] = []
+
+    def fake_time_iterations(run, iterations, warmup, method, before_iteration=None):
+        for i in range(warmup + iterations):
+            run(i)
+        places = [i % 3 for i in range(warmup, warmup + iterations)]
+        return summarize(method, [2.0 if place == 0 else 1.0 for place in places])
+
+    monkeypatch.setattr(measure, "time_iterations", fake_time_iterations)
+    calls = {name: (lambda name=name: ran.append(name)) for name in "abc"}
+    timed = measure.time_interleaved(calls, "kernel", rounds=6, warmup_rounds=1)
+    assert {name: timing.times_ms.count(2.0) for name, timing in timed.items()} == \
+        {"a": 2, "b": 2, "c": 2}
+    assert ran.count("a") == ran.count("b") == ran.count("c") == 7  # warm-up round included
+    assert measure.interleaved_order(3, 2) == [0, 1, 2, 1, 2, 0]

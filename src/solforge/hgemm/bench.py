@@ -45,7 +45,14 @@ from solforge.hgemm.budget import (
     BudgetReport,
     run_budgeted,
 )
-from solforge.hgemm.measure import Measurer, Operands, failure, median_ms, relative_error
+from solforge.hgemm.measure import (
+    ORDER,
+    Measurer,
+    Operands,
+    failure,
+    median_ms,
+    relative_error,
+)
 from solforge.hgemm.roofline import Roof, bytes_moved, roof_for
 from solforge.hgemm.space import GRID_SIZES, Config, Shape, set_of, tolerance
 from solforge.hgemm.table import Table, append_jsonl, environment, read_jsonl
@@ -91,6 +98,7 @@ class BenchRow:
     seconds: float = 0.0
     spreads: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # as times
     rounds: int = 0  # timed calls behind each median
+    order: str = "fixed"  # how the methods were interleaved: ORDER, or an earlier fixed order
 
     def time(self, method: str, mode: str = "offline", timing: str = "kernel") -> float | None:
         return self.times.get(mode, {}).get(timing, {}).get(method)
@@ -123,14 +131,15 @@ class BenchRow:
         return {"shape": self.shape.to_json(), "key": self.shape.key, "choice": self.choice,
                 "errors": self.errors, "times": self.times, "notes": list(self.notes),
                 "environment": self.environment, "seconds": self.seconds,
-                "spreads": self.spreads, "rounds": self.rounds}
+                "spreads": self.spreads, "rounds": self.rounds, "order": self.order}
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> BenchRow:
         return cls(Shape.from_json(record["shape"]), record["choice"], record["errors"],
                    record["times"], tuple(record.get("notes", ())),
                    record.get("environment", {}), float(record.get("seconds", 0.0)),
-                   record.get("spreads", {}), int(record.get("rounds", 0)))
+                   record.get("spreads", {}), int(record.get("rounds", 0)),
+                   str(record.get("order", "fixed")))
 
 
 def estimate_seconds(shape: Shape, settings: BenchSettings = BenchSettings()) -> float:
@@ -173,7 +182,7 @@ def bench_shape(shape: Shape, measurer: Measurer, settings: BenchSettings = Benc
     label = eager.label if eager else "torch.matmul"
     notes.append(f"{_GRAPH_NOTE}{graph.label if graph else 'torch.matmul'}")
     return BenchRow(shape, label, errors, times, tuple(found.notes + notes + timing_notes),
-                    environment(), clock() - began, spreads, settings.rounds)
+                    environment(), clock() - began, spreads, settings.rounds, ORDER)
 
 
 def _timed(calls, measurer: Measurer, settings: BenchSettings) -> tuple[dict, dict, list[str]]:
@@ -199,11 +208,12 @@ def bench(shapes: Sequence[Shape], rows_path: Path, measurer: Measurer,
           budget_s: float = float("inf"), clock: Callable[[], float] = time.monotonic,
           log: Callable[[str], None] | None = None) -> BudgetReport:
     """Benchmark every shape not yet in the rows file, until the budget runs out, with the
-    active dispatcher. A row timed with fewer rounds than `settings` ask for its shape is
-    measured again (the new row replaces it: load_rows keeps a shape's last row)."""
+    active dispatcher. A row timed with fewer rounds than `settings` ask for its shape, or in
+    the fixed order rows had before the order turned (measure.py), is measured again (the new
+    row replaces it: load_rows keeps a shape's last row)."""
     rows_path = Path(rows_path)
     done = {row.shape.key for row in current_rows(load_rows(rows_path), measurer.device)
-            if row.rounds >= rounds_for(row.shape, settings)}
+            if row.rounds >= rounds_for(row.shape, settings) and row.order == ORDER}
 
     def bench_one(shape: Shape) -> None:
         row = bench_shape(shape, measurer, settings, clock)
@@ -340,6 +350,8 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02,
         "shapes": len(rows),
         # rows timed before their shape was tuned again: not the shipped dispatcher's times
         "stale_rows": {"count": len(stale), "shapes": stale[:100]},
+        # rows timed with the methods in a fixed order: the next benchmark times them again
+        "fixed_order_rows": sum(row.order != ORDER for row in rows),
         "dispatch_speedup": against,
         "dispatch_vs_torch_by_set": by_set["kernel"],
         "dispatch_vs_torch_by_set_graph": by_set["graph"],

@@ -3,11 +3,14 @@ float32 reference, the error against it, and several callables timed side by sid
 
 Timing goes through solforge.measure.timing.time_iterations (cold L2 before every call; "kernel"
 reads the profiler's kernel records, "graph" replays a CUDA graph per call). The callables are
-interleaved in one run (iteration i calls callable i mod n), so they share one profiler session
-and one clock history, and none is favoured by running first or last; each callable's own
-iterations are then summarised apart. Server mode spaces the calls by exponential gaps
-(Poisson arrivals), slept before the L2 flush, outside the timed window: the GPU idles between
-calls as it does behind a server.
+interleaved in one run, so they share one profiler session and one clock history; their order
+turns by one place each round (`interleaved_order`), so each takes every place in a round
+equally often and none is favoured by where it runs (the H200's 2026-12-02 rows, timed in a
+fixed order, showed the dispatcher's torch.matmul more than 2% slower than the same
+torch.matmul call on 201 shapes and faster on 34). Each callable's own iterations are then
+summarised apart. Server mode spaces the calls by exponential gaps (Poisson arrivals), slept
+before the L2 flush, outside the timed window: the GPU idles between calls as it does behind a
+server.
 
 `Measurer` is what the tuner and the benchmark ask of a device, so the tests can substitute a
 fake timer for the GPU.
@@ -28,6 +31,7 @@ from solforge.hgemm.space import Shape
 from solforge.measure.timing import Timing, summarize, time_iterations
 
 Call = Callable[[], object]
+ORDER = "rotated"  # how time_interleaved orders its callables (a bench row records it)
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,9 @@ def time_interleaved(calls: dict[str, Call], method: str, rounds: int, warmup_ro
     if count == 0:
         return {}
     before = _poisson_gaps(gap_s, seed) if gap_s else None
+    order = interleaved_order(count, warmup_rounds + rounds)
     try:
-        timing = time_iterations(lambda i: functions[i % count](), iterations=rounds * count,
+        timing = time_iterations(lambda i: functions[order[i]](), iterations=rounds * count,
                                  warmup=warmup_rounds * count, method=method,
                                  before_iteration=before)
     except Exception as exc:  # a timing error, or whatever a library raised mid-run
@@ -110,9 +115,16 @@ def time_interleaved(calls: dict[str, Call], method: str, rounds: int, warmup_ro
             return {names[0]: f"{type(exc).__name__}: {exc}"}
         return {name: time_interleaved({name: calls[name]}, method, rounds, warmup_rounds, gap_s,
                                        seed)[name] for name in names}
-    return {name: summarize(method, timing.times_ms[index::count], timing.sm_clock_mhz,
-                            timing.mem_clock_mhz)
+    timed = order[warmup_rounds * count:]
+    return {name: summarize(method, [t for t, k in zip(timing.times_ms, timed) if k == index],
+                            timing.sm_clock_mhz, timing.mem_clock_mhz)
             for index, name in enumerate(names)}
+
+
+def interleaved_order(count: int, rounds: int) -> list[int]:
+    """Which callable each iteration runs: every round runs all `count` once, the order of round
+    r turned by r places (0 1 2, 1 2 0, 2 0 1, ...)."""
+    return [(place + r) % count for r in range(rounds) for place in range(count)]
 
 
 def _poisson_gaps(mean_s: float, seed: int) -> Callable[[int], None]:
