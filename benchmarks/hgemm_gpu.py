@@ -67,7 +67,7 @@ from solforge.hgemm.baselines import BASELINES, make_baselines  # noqa: E402
 from solforge.hgemm.bench import (  # noqa: E402
     BenchSettings,
     bench_shape,
-    current_rows,
+    finished_rows,
     load_rows,
     markdown,
     summarize,
@@ -234,8 +234,8 @@ def run_pass(run: Run, shapes, deadline_s: float, measurer, sm_count: int,
     table = load_table(run.table)
     started = start_counts(run.table)
     dispatch.use_table(table, retrieval=False)
-    # a row timed before its shape was tuned again is benchmarked again
-    done_rows = {row.shape.key for row in current_rows(load_rows(run.rows), measurer.device)}
+    # a row timed before its shape was tuned again, or in the old fixed order, is timed again
+    done_rows = {row.shape.key for row in finished_rows(load_rows(run.rows), measurer.device)}
     roof = roof or roof_of_device(measurer.device)
     headrooms = probe(run, [s for s in shapes if table.get(s) is None], measurer, roof,
                       deadline_s)
@@ -440,7 +440,7 @@ def main() -> None:
         shapes = select_shapes(args.sets.split(","))
         table = load_table(run.table)
         dispatch.use_table(table, retrieval=False)
-        rows = {row.shape.key for row in current_rows(load_rows(run.rows), torch.device("cuda"))}
+        rows = {row.shape.key for row in finished_rows(load_rows(run.rows), torch.device("cuda"))}
         pending = [s for s in shapes if table.get(s) is None or s.key not in rows]
         built = build_kernels(run, pending, args.workers)  # all of them: ~350 kernel sets
         built["wgmma_self_test"] = guard_wgmma(run)

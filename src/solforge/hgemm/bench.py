@@ -212,8 +212,8 @@ def bench(shapes: Sequence[Shape], rows_path: Path, measurer: Measurer,
     the fixed order rows had before the order turned (measure.py), is measured again (the new
     row replaces it: load_rows keeps a shape's last row)."""
     rows_path = Path(rows_path)
-    done = {row.shape.key for row in current_rows(load_rows(rows_path), measurer.device)
-            if row.rounds >= rounds_for(row.shape, settings) and row.order == ORDER}
+    done = {row.shape.key for row in finished_rows(load_rows(rows_path), measurer.device)
+            if row.rounds >= rounds_for(row.shape, settings)}
 
     def bench_one(shape: Shape) -> None:
         row = bench_shape(shape, measurer, settings, clock)
@@ -256,6 +256,12 @@ def current_rows(rows: Sequence[BenchRow], device: torch.device) -> list[BenchRo
         if row.benched_under(labels):
             kept.append(row)
     return kept
+
+
+def finished_rows(rows: Sequence[BenchRow], device: torch.device) -> list[BenchRow]:
+    """The rows no benchmark needs to time again: current (`current_rows`) and timed with the
+    methods' order turning (rows of the earlier fixed order are timed again)."""
+    return [row for row in current_rows(rows, device) if row.order == ORDER]
 
 
 def stale_rows(rows: Sequence[BenchRow], table: Table) -> list[str]:
