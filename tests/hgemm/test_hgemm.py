@@ -750,6 +750,12 @@ def test_the_gpu_scripts_pass_tunes_benchmarks_resumes_and_reports(tmp_path):
     assert sorted(r["key"] for r in rows) == sorted(s.key for s in shapes)  # each shape once
     probes = [json.loads(line)["key"] for line in run.probes.read_text().splitlines()]
     assert sorted(probes) == sorted(s.key for s in shapes)  # each probed once, then kept
+    # a row timed in the earlier fixed order is timed again by the next pass
+    run.rows.write_text("".join(json.dumps({**r, "order": "fixed"} if r["key"] == shapes[0].key
+                                           else r) + "\n" for r in rows))
+    script.run_pass(run, shapes, 1e9, FakeMeasurer(), 4, QUICK, FAST_BENCH)
+    again = [json.loads(line)["key"] for line in run.rows.read_text().splitlines()]
+    assert again[3:] == [shapes[0].key]
     script.write_report(run)
     summary = json.loads(run.summary.with_suffix(".json").read_text())
     assert summary["shapes"] == 3
