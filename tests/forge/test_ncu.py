@@ -17,7 +17,7 @@ from helpers import TESTS
 from solforge.forge import ncu as ncu_module
 from solforge.forge.llm.prompt import attempt_block
 from solforge.forge.llm.records import LlmAttempt
-from solforge.forge.ncu import METRICS, NVTX_RANGE, Profile, parse_ncu_csv, profile_solution
+from solforge.forge.ncu import METRICS, Profile, parse_ncu_csv, profile_solution
 
 ROOT = TESTS
 PROBLEM = ROOT / "fixtures" / "harness" / "rmsnorm_small"
@@ -78,7 +78,7 @@ def _fake_ncu(folder: Path, exit_code: int) -> None:
         #!{sys.executable}
         import json, sys
         args = sys.argv[1:]
-        assert args[args.index("--nvtx-include") + 1] == "{NVTX_RANGE}/", args
+        assert args[args.index("--profile-from-start") + 1] == "off", args
         assert args[args.index("--metrics") + 1] == {",".join(METRICS)!r}, args
         assert "--csv" in args and args[args.index("--print-units") + 1] == "base"
         child = args[args.index("-m") + 1:]

@@ -17,8 +17,10 @@ Light, Occupancy, Launch Statistics, Memory Workload Analysis):
 The candidate runs in a child process under `ncu` (never in the optimizer's), and both run in
 a sandbox like a worker's (harness/sandbox: a private uid, writes only to their own folders, no
 ptrace of other processes), since the candidate's code is hostile: its entry point
-is called WARMUP times (Triton compiles, autotuners choose) and then once inside an NVTX range
-that ncu is limited to, so only that call's kernels are profiled. These metrics are feedback,
+is called WARMUP times (Triton compiles, autotuners choose) and then once between
+cudaProfilerStart and cudaProfilerStop, with ncu told not to profile from the start, so only
+that call's kernels are profiled (an NVTX range filter, used before, profiled no kernel in the
+sandbox on the H200; the range stays, as a label). These metrics are feedback,
 never fitness: the harness's timing alone decides the archive. Without `ncu` on PATH, or on a
 machine without a GPU, there are none, and the prompt says nothing about them.
 
@@ -121,8 +123,8 @@ def profile_solution(solution: dict[str, Any], problem_dir: Path, workload_uuid:
                                        "workload": workload_uuid}))
         request.chmod(0o644)
         command = [ncu, "--csv", "--print-units", "base", "--log-file", str(report),
-                   "--metrics", ",".join(METRICS), "--nvtx", "--nvtx-include",
-                   f"{NVTX_RANGE}/", *python_command("solforge.forge.ncu", str(request))]
+                   "--metrics", ",".join(METRICS), "--profile-from-start", "off",
+                   *python_command("solforge.forge.ncu", str(request))]
         # ncu runs the candidate: both in a sandbox like a worker's (see capture.py)
         finished = run_program_sandboxed(command, timeout_s, python_env(dict(os.environ)), folder,
                                          output, readable=[Path(problem_dir), Path(ncu)],
@@ -200,10 +202,12 @@ def _profile_main(request_path: str) -> None:
         for _ in range(WARMUP):
             entry_point(*arguments)
         torch.cuda.synchronize()
+        torch.cuda.profiler.start()
         torch.cuda.nvtx.range_push(NVTX_RANGE)
         entry_point(*arguments)
         torch.cuda.synchronize()
         torch.cuda.nvtx.range_pop()
+        torch.cuda.profiler.stop()
 
 
 def _workload(workloads: Sequence[Any], uuid: str) -> Any:
