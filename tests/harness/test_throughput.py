@@ -89,10 +89,10 @@ def test_a_worker_account_is_carved_out_of_the_phase_it_describes():
 def test_a_workers_start_is_charged_only_where_the_driver_waited():
     """A pre-spawned worker imported torch before anyone waited: only the steps (or the parts
     of them) inside the driver's wait are its `start_` phases. Malformed marks count nothing."""
-    marks = [["interpreter", 1.0], ["torch", 3.0], ["idle", 10.0], ["config", 11.0],
+    marks = [["interpreter", 1.0], ["harness", 3.0], ["idle", 10.0], ["config", 11.0],
              ["warm_up", 11.5]]
     assert waited_steps(marks, 0.0, (5.0, 12.0)) == {"idle": 5.0, "config": 1.0, "warm_up": 0.5}
-    assert waited_steps(marks, 0.0, (0.0, 2.0)) == {"interpreter": 1.0, "torch": 1.0}
+    assert waited_steps(marks, 0.0, (0.0, 2.0)) == {"interpreter": 1.0, "harness": 1.0}
     assert waited_steps([["torch", "soon"]], 0.0, (0.0, 9.0)) == {}
     assert waited_steps("torch", 0.0, (0.0, 9.0)) == {}
 

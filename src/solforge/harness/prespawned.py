@@ -27,7 +27,6 @@ def _prewarm() -> None:
 
     from solforge.measure.timing import time_iterations
 
-    startup.mark("torch")
     if os.environ.get(PREWARM_ENV) != "1":
         return
     with contextlib.suppress(ImportError):
@@ -41,7 +40,7 @@ def _prewarm() -> None:
 
 
 def main(result_fd: int, command_fd: int, area_fd: int | None = None) -> None:
-    startup.mark("interpreter")
+    startup.mark("interpreter")  # this module's imports (the harness package's, torch's) included
     from solforge.harness import worker
 
     startup.mark("harness")
