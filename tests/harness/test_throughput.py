@@ -95,6 +95,8 @@ def test_a_workers_start_is_charged_only_where_the_driver_waited():
     assert waited_steps(marks, 0.0, (0.0, 2.0)) == {"interpreter": 1.0, "harness": 1.0}
     assert waited_steps([["torch", "soon"]], 0.0, (0.0, 9.0)) == {}
     assert waited_steps("torch", 0.0, (0.0, 9.0)) == {}
+    assert waited_steps([["x" * 500, 1.0]], 0.0, (0.0, 9.0)) == {}  # rewritten by a candidate
+    assert waited_steps([[f"s{i}", i / 100] for i in range(17)], 0.0, (0.0, 9.0)) == {}
 
 
 def test_phases_cost_nothing_without_a_log():

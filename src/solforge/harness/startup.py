@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 
 _MARKS: list[tuple[str, float]] = []  # (step, monotonic end) in the order they happened
+MAX_MARKS = 16  # a worker's start makes 10
 
 
 def mark(step: str) -> None:
@@ -31,11 +32,17 @@ def marks() -> list[list[object]]:
 def waited_steps(raw: object, spawned: float, waited: tuple[float, float]) -> dict[str, float]:
     """Seconds of each step inside `waited` (the driver's monotonic span from its wait's start
     to READY). A step runs from the previous mark (the first, from `spawned`) to its own; a
-    step seen twice adds up. Malformed marks give nothing."""
+    step seen twice adds up. Malformed marks give nothing: a mark that is not a short name and
+    a number, or more marks than a start makes (the candidate, imported before READY, could
+    have rewritten them; they can at most share out the span waited)."""
     steps: dict[str, float] = {}
     start = spawned
-    for entry in raw if isinstance(raw, Sequence) and not isinstance(raw, str) else ():
+    entries = raw if isinstance(raw, Sequence) and not isinstance(raw, str) else ()
+    if len(entries) > MAX_MARKS:
+        return {}
+    for entry in entries:
         if not (isinstance(entry, Sequence) and len(entry) == 2 and isinstance(entry[0], str)
+                and entry[0].isidentifier() and len(entry[0]) <= 32
                 and isinstance(entry[1], (int, float))):
             return {}
         end = float(entry[1])
