@@ -236,3 +236,28 @@ def test_library_script_judges_again_the_problems_it_is_told(tmp_path, monkeypat
     statuses = {r["problem"]: r["workloads"]["w"]["status"]
                 for r in json.loads(out.read_text())["problems"]}
     assert statuses == {"l1/rmsnorm_llama3_1_8b": "PASSED", "l1/hgemm_fp16": "RUNTIME_ERROR"}
+
+
+def test_library_script_starts_no_problem_that_cannot_end_before_its_deadline(tmp_path,
+                                                                             monkeypatch):
+    """A call killed in the middle of a problem loses it and the baselines it timed (an H200
+    call lost a cuDNN block that way): the next problem starts only if one as long as the
+    longest so far still ends before the deadline."""
+    spec = importlib.util.spec_from_file_location(
+        "library_baselines_gpu", REPO / "benchmarks" / "library_baselines_gpu.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    now = [0.0]
+    monkeypatch.setattr(script.time, "monotonic", lambda: now[0])
+    judged = []
+
+    def judge(address, config):  # each problem takes 40 s
+        judged.append(address)
+        now[0] += 40.0
+        return {"problem": address, "library": "x", "workloads": {"w": {"status": "PASSED"}}}
+
+    monkeypatch.setattr(script, "judge_problem", judge)
+    problems = ["l1/rmsnorm_llama3_1_8b", "l1/rmsnorm_qwen3_32b", "l1/rmsnorm_gemma3_27b"]
+    assert script.main([*problems, "-o", str(tmp_path / "lib.json"), "--device", "cpu",
+                        "--deadline-s", "100"]) == 3
+    assert judged == problems[:2]  # at 80 s, a third (40 s) would end past 100 s
