@@ -43,8 +43,9 @@ def solutions(tmp_path) -> Path:
     return folder
 
 
-def _bench(tmp_path: Path, solutions: Path, reporter=None, fresh: bool = False):
-    store = open_store(f"sqlite:///{tmp_path / 'bench.db'}")
+def _bench(tmp_path: Path, solutions: Path, reporter=None, fresh: bool = False,
+           db: str = "bench.db"):
+    store = open_store(f"sqlite:///{tmp_path / db}")
     problems = plan_problems([str(SMALL)], find_solutions([solutions]), "cpu")
     config = BenchConfig(device="cpu", baseline="eager", fresh=fresh, limits=short_limits(),
                          cache_dir=tmp_path / "cache")
@@ -127,6 +128,16 @@ def test_bench_stores_everything_and_a_rerun_skips_it(tmp_path, solutions):
     line = problem_line(results, "eager", scored=False)
     assert line.best.name == "honest_rmsnorm" and line.best.sol_score is None
     assert line.eager_ms == (traces["reference:eager"].latency_ms,) and line.compile_ms == ()
+
+    # A new results store on a warm machine: the baseline comes from the baseline store with
+    # no unit process (only the solution's unit starts), the same trace as measured.
+    assert outcome.phases["unit_start"]["count"] == 2
+    warm_store, warm = _bench(tmp_path, solutions, db="warm.db")
+    assert (warm.measured, warm.skipped, warm.failures) == (2, 0, ())
+    assert warm.phases["unit_start"]["count"] == 1
+    warm_traces = {row.record["solution"]: row for row in warm_store.rows(TraceRow)}
+    assert warm_traces["reference:eager"].record == traces["reference:eager"].record
+    assert warm_traces["honest_rmsnorm"].status == "PASSED"
 
 
 @pytest.mark.slow
