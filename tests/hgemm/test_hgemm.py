@@ -25,6 +25,7 @@ from solforge.hgemm.baselines import NVMATH_MISSING, Baseline, make_baselines, r
 from solforge.hgemm.bench import (
     BenchRow,
     BenchSettings,
+    demotions,
     estimate_seconds,
     load_rows,
     markdown,
@@ -626,6 +627,36 @@ def test_losses_are_also_counted_where_a_tuned_kernel_ran_and_identical_kernels_
     assert scatter["kernel"]["shapes"] == 1 and scatter["graph"]["shapes"] == 2
     assert scatter["kernel"]["median"] == pytest.approx(1 - 1.0 / 1.04)
     assert "the benchmark's resolution" in markdown(summary, [same_kernel, tuned_loss])
+
+
+def test_a_timing_the_tuned_kernel_lost_beyond_noise_goes_to_torch_matmul():
+    """Never slower: where the benchmark timed the table's tuned kernel slower than
+    torch.matmul beyond noise, in one mode or the other, that timing's choice is demoted (here
+    captures: an H200 benchmark found 4 such shapes); a loss within noise, a shape the table
+    sends to torch.matmul, and a row that timed older choices change nothing."""
+    shape, within, torch_only, stale = (Shape(512, 128, 4096), Shape(1024, 256, 256),
+                                        Shape(64, 64, 64), Shape(4096, 64, 512))
+    table = Table()
+    for each in (shape, within, torch_only, stale):
+        best = shortlist(each)[0]
+        tuned = each != torch_only
+        table.add(TableEntry(each, best, tuned, {"torch": MethodTimes(1.0, 1.0)},
+                             use_in_graph=tuned))
+
+    def timed(each: Shape, graph_ms: float, label: str | None = None) -> BenchRow:
+        label = label or table.get(each).best.label
+        times = {"kernel": {"dispatch": 1.0, "torch": 1.0},
+                 "graph": {"dispatch": graph_ms, "torch": 1.0}}
+        return BenchRow(each, label, {}, {"offline": times, "server": times},
+                        (f"in CUDA graphs: {label}",))
+
+    rows = [timed(shape, 1.16), timed(within, 1.01),
+            timed(torch_only, 1.16, "torch.matmul"), timed(stale, 1.16, "triton:old")]
+    [demoted] = demotions(rows, table)
+    assert demoted.shape == shape and demoted.use_kernel and not demoted.use_in_graph
+    assert "graph: torch.matmul" in demoted.notes[-1] and "offline 0.862x" in demoted.notes[-1]
+    table.add(demoted)
+    assert demotions(rows, table) == []  # its row timed the old choice: benchmarked again
 
 
 # -- on the GPU --------------------------------------------------------------------------------

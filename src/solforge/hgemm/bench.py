@@ -55,7 +55,7 @@ from solforge.hgemm.measure import (
 )
 from solforge.hgemm.roofline import Roof, bytes_moved, roof_for
 from solforge.hgemm.space import GRID_SIZES, Config, Shape, set_of, tolerance
-from solforge.hgemm.table import Table, append_jsonl, environment, read_jsonl
+from solforge.hgemm.table import Table, TableEntry, append_jsonl, environment, read_jsonl
 from solforge.measure.timing import Timing
 
 METHODS = ("dispatch", *BASELINES)
@@ -269,6 +269,35 @@ def stale_rows(rows: Sequence[BenchRow], table: Table) -> list[str]:
     return [row.shape.key for row in rows if not row.benched_under(table_labels(table, row.shape))]
 
 
+def demotions(rows: Sequence[BenchRow], table: Table, noise: float = 0.02
+              ) -> list[TableEntry]:
+    """Table entries to append where the benchmark found the tuned kernel slower than
+    torch.matmul beyond noise (the summary's own test: `tuned_shapes_slower_beyond_noise`) in a
+    timing it is used for, offline or server: that timing goes to torch.matmul ("never
+    slower"; kernel-only decides eager calls, `use_kernel`, graph decides captures,
+    `use_in_graph`). Only rows that timed the table's present choices count; the row of a
+    demoted shape is stale from then on, and the next benchmark times it again."""
+    found = []
+    for row in rows:
+        entry = table.get(row.shape)
+        if entry is None or not row.benched_under(table_labels(table, row.shape)):
+            continue
+        lost = {timing: [f"{mode} {ratio:.3f}x" for mode in row.times
+                         if (ratio := _ratio(row.time("torch", mode, timing),
+                                             row.time("dispatch", mode, timing)))
+                         < 1 - row.noise("torch", mode, timing, noise)]
+                for timing in TIMINGS if not _identical(row, timing)}
+        lost = {timing: losses for timing, losses in lost.items() if losses}
+        if not lost:
+            continue
+        note = "; ".join(f"{timing}: torch.matmul, the tuned kernel {', '.join(losses)} of "
+                         "its speed in the benchmark" for timing, losses in lost.items())
+        found.append(replace(entry, use_kernel=entry.use_kernel and "kernel" not in lost,
+                             use_in_graph=entry.use_in_graph and "graph" not in lost,
+                             notes=(*entry.notes, f"demoted after benchmarking ({note})")))
+    return found
+
+
 def load_rows(path: Path) -> list[BenchRow]:
     rows = {}
     for record in read_jsonl(Path(path))[0]:
@@ -354,7 +383,7 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02,
     stale = stale_rows(rows, table)
     return {
         "shapes": len(rows),
-        # rows timed before their shape was tuned again: not the shipped dispatcher's times
+        # rows timed under choices since changed (tuned again, demoted): not the shipped times
         "stale_rows": {"count": len(stale), "shapes": stale[:100]},
         # rows timed with the methods in a fixed order: the next benchmark times them again
         "fixed_order_rows": sum(row.order != ORDER for row in rows),
@@ -509,8 +538,9 @@ def markdown(summary: dict[str, Any], rows: Sequence[BenchRow]) -> str:
              f"- decode shapes with a large weight at 90% of HBM bandwidth: "
              f"{goal['decode_large_weight_at_90_percent_hbm']} of "
              f"{goal['decode_large_weight_shapes']}",
-             f"- rows timed before their shape was tuned again (not the shipped dispatcher; "
-             f"the next pass benchmarks them again): {summary['stale_rows']['count']} of "
+             f"- rows timed under choices the table has changed since (tuned again or "
+             f"demoted; not the shipped dispatcher; the next pass benchmarks them again): "
+             f"{summary['stale_rows']['count']} of "
              f"{summary['shapes']}", "",
              "## Dispatcher speedup (geometric mean, worst shape, shapes slower beyond noise)",
              "", "| baseline | mode | timing | shapes | geomean | worst | worst shape | "
