@@ -12,6 +12,8 @@
 #           hgemm        the HGEMM tuner and benchmark (issue 7; carry nvmath-python)
 #           sandbox      the sandbox's cost per candidate on the GPU (benchmarks/sandbox_cost.py)
 #           floor        the launch floor: near-empty kernels, cold and warm L2
+#           gap          whether a kernel-only time carries the GPU's idle gap before the launch
+#                        (benchmarks/hgemm_gap_probe.py; issue 15's benchmark bias, about 20 s)
 #           examples     the public example solutions in $EXAMPLES (folders, space-separated:
 #                        SOL-ExecBench's examples/ and FlashInfer-Bench's examples/), built
 #                        and judged (benchmarks/examples_gpu.py; goes on from the committed
@@ -139,6 +141,11 @@ stage_floor() {
     "$python" benchmarks/launch_floor.py -o "$out/launch-floor.json" 2>&1 | tee "$out/floor.log"
 }
 
+stage_gap() {
+    "$python" benchmarks/hgemm_gap_probe.py -o "$out/hgemm-gap-probe.json" 2>&1 \
+        | tee "$out/gap.log"
+}
+
 seed_from_results() {  # FILE DEST: a resumable stage goes on from its committed store
     local file=benchmarks/results/$1
     if [ ! -s "$2" ] && [ -s "$file" ]; then cp "$file" "$2"; fi
@@ -188,6 +195,7 @@ for stage in "${stages[@]}"; do
         hgemm) run_stage hgemm "" stage_hgemm ;;
         sandbox) run_stage sandbox sandbox-cost.json stage_sandbox ;;
         floor) run_stage floor launch-floor.json stage_floor ;;
+        gap) run_stage gap hgemm-gap-probe.json stage_gap ;;
         examples) run_stage examples "" stage_examples ;;
         libraries) run_stage libraries "" stage_libraries ;;
         phases) run_stage phases phases.json stage_phases ;;

@@ -659,6 +659,29 @@ def test_a_timing_the_tuned_kernel_lost_beyond_noise_goes_to_torch_matmul():
     assert demotions(rows, table) == []  # its row timed the old choice: benchmarked again
 
 
+def test_the_gap_probe_times_the_same_call_with_and_without_a_host_delay(tmp_path):
+    """benchmarks/hgemm_gap_probe.py in CPU mode (its numbers mean nothing there): every
+    callable timed at each shape, each ratio against torch.matmul recorded."""
+    spec = importlib.util.spec_from_file_location(
+        "hgemm_gap_probe", Path(__file__).resolve().parents[2] / "benchmarks" /
+        "hgemm_gap_probe.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "gap.json"
+    assert script.main(["--device", "cpu", "--rounds", "2", "--shapes", "8x8x8",
+                        "4x16x32:bfloat16:nt", "-o", str(out)]) == 0
+    shapes = json.loads(out.read_text())["shapes"]
+    assert set(shapes) == {"float16:nn:fp32:8x8x8", "bfloat16:nt:fp32:4x16x32"}
+    for found in shapes.values():
+        assert set(found["ratio_to_torch"]) == {"torch", "torch_again", "dispatch",
+                                                "torch_after_10us", "torch_after_30us",
+                                                "torch_after_100us"}
+        assert found["failed"] == {} and found["ratio_to_torch"]["torch"] == 1.0
+        # on the host the spin is inside the timed call: each delayed call takes its delay
+        for delay in (10, 30, 100):
+            assert found["median_us"][f"torch_after_{delay}us"] >= delay
+
+
 # -- on the GPU --------------------------------------------------------------------------------
 
 GPU_SHAPES = [(1, 4096, 4096), (100, 256, 1000), (1000, 1024, 520)]  # decode, ragged
