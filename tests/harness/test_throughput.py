@@ -9,6 +9,7 @@ import os
 import pickle
 import random
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -18,10 +19,12 @@ from typer.testing import CliRunner
 from solforge.cli import app
 from solforge.data.solution import load_solution
 from solforge.data.trace import Status
+from solforge.data.workload import InputSource
 from solforge.errors import SolforgeError
 from solforge.harness import phases
 from solforge.harness.baseline import BaselineCache, export_baselines, import_baselines
 from solforge.harness.evaluate import EvalConfig, EvaluationRun, evaluate
+from solforge.harness.judge import reproducible_inputs
 from solforge.harness.pool import WorkerPool, shared_pool
 from solforge.harness.startup import waited_steps
 from solforge.harness.supervisor import worker_env
@@ -255,6 +258,9 @@ def test_evaluation_records_its_phases_and_times_adaptively(tmp_path, monkeypatc
     for part in ("receive", "checks", "calls", "hand_over"):  # the worker's own account
         assert table[f"round_{part}"] > 0 and table[f"loop_{part}"] > 0, sorted(table)
     assert table["start_warm_up"] > 0 and "start_config" in table, sorted(table)  # after take
+    # The driver makes the candidate's inputs and hands them over; the baseline's worker is
+    # sent the seeds and makes its own (the driver makes them only to compute the reference).
+    assert "inputs" in table and "eager/inputs" not in table, sorted(table)
     assert 0.5 * wall < sum(table.values()) <= wall * 1.01
     assert os.stat(tmp_path / "key").st_mode & 0o777 == 0o600
     out = tmp_path / "exported.json"
@@ -262,6 +268,16 @@ def test_evaluation_records_its_phases_and_times_adaptively(tmp_path, monkeypatc
                                       str(tmp_path / "cache")])
     assert result.exit_code == 0 and "exported 1 baselines" in result.output
     assert json.loads(out.read_text())["baselines"][0]["kind"] == "eager"
+
+
+def test_only_inputs_another_process_makes_bit_for_bit_go_as_a_seed():
+    """A baseline's worker makes its inputs from the seed unless a custom generator makes them
+    (it may draw from anything): those are handed over as before."""
+    problem = load_problem(SMALL)
+    workload = problem.workloads[0]
+    assert reproducible_inputs(workload)
+    custom = replace(workload, inputs={**workload.inputs, "x": InputSource("custom")})
+    assert not reproducible_inputs(custom)
 
 
 @pytest.mark.slow

@@ -83,11 +83,16 @@ class WorkerFailure(Exception):
 
 class Judge:
     def __init__(self, session: WorkerSession, oracle: ReferenceOracle, plan: Plan,
-                 timeout_s: float) -> None:
+                 timeout_s: float, seeds_to_worker: bool = False) -> None:
         self.session = session
         self.oracle = oracle
         self.plan = plan
         self.timeout_s = timeout_s
+        # A reference role's worker (a baseline: our own code, no candidate in it) is sent each
+        # call's seed and makes the inputs itself where it can make them bit for bit
+        # (reproducible_inputs), so no copy of them crosses to it. A candidate's worker is
+        # never told a seed: it could compute ahead of the call.
+        self.seeds_to_worker = seeds_to_worker
         self.shared: SharedInputs | None = None
         self.slots: list[torch.Tensor | None] | None = None  # this workload's output slots
         self.probed = oracle.device.type != "cuda"  # IPC is for device tensors only
@@ -184,14 +189,21 @@ class Judge:
     def _hand_over(self, phase: str, index: int, seed: int) -> float:
         """Send the inputs of one call (through CUDA IPC on a GPU, as bytes otherwise); the
         moment the sending began. The worker may read them and start the call before the send
-        returns here, so the bracket opens before it: a bound the honest can never exceed."""
-        try:
-            inputs = self.oracle.inputs(self.workload, seed)
-        except Exception as exc:
-            raise InputFailure(f"making the inputs of {phase} {index} failed: "
-                               f"{describe_exception(exc)}") from None
-        meta = {"workload": self.workload.uuid, "phase": phase, "index": index}
-        if self.shared is not None:
+        returns here, so the bracket opens before it: a bound the honest can never exceed.
+        With `seeds_to_worker`, only the seed goes; the oracle makes the inputs later, for the
+        outputs it compares."""
+        meta: dict[str, Any] = {"workload": self.workload.uuid, "phase": phase, "index": index}
+        inputs: list[Any] = []
+        seed_only = self.seeds_to_worker and reproducible_inputs(self.workload)
+        if seed_only:
+            meta["seed"] = seed
+        else:
+            try:
+                inputs = self.oracle.inputs(self.workload, seed)
+            except Exception as exc:
+                raise InputFailure(f"making the inputs of {phase} {index} failed: "
+                                   f"{describe_exception(exc)}") from None
+        if self.shared is not None and not seed_only:
             inputs, meta["shared"] = self.shared.share(inputs)
         began = time.monotonic()
         with phases.phase("send_inputs"):
@@ -348,6 +360,13 @@ def _output_layouts(oracle: ReferenceOracle, workload: Workload
     return [None if spec.shape is None
             else (storage_shape(shapes[name] or (), spec.dtype), spec.dtype.torch_dtype)
             for name, spec in oracle.problem.definition.outputs.items()]
+
+
+def reproducible_inputs(workload: Workload) -> bool:
+    """Whether another process makes this workload's inputs bit for bit from the seed: random
+    inputs come from a generator seeded per input and safetensors from their file, but a
+    problem's own custom_inputs code may draw from anything (Python's random, the clock)."""
+    return all(source.kind != "custom" for source in workload.inputs.values())
 
 
 def _output_bytes(oracle: ReferenceOracle, workload: Workload) -> int:

@@ -27,8 +27,9 @@ The phases the harness records (seconds, wall clock, in the process that drives 
 - `baseline_lookup`: reading the baseline store; `sol`: T_SOL analysis of the workloads.
 - `worker_close`: killing and reaping a worker; `store_write`: saving traces.
 - `send_inputs`: the driver writing a call's inputs to the worker (into the shared area or the
-  frame); `take_outputs`: copying a call's outputs out of its slots; `compare`: checking them
-  against the reference, `reference` excluded. Nested in `correctness`, `timing` and `verify`.
+  frame; a baseline's worker gets the seed and makes them, in its `receive`); `take_outputs`:
+  copying a call's outputs out of its slots; `compare`: checking them against the reference,
+  `reference` excluded. Nested in `correctness`, `timing` and `verify`.
 - `round_<part>` and `loop_<part>`: the worker's own account of its work in the correctness
   rounds and the timed loops, carved out of `correctness` and `timing`: `receive` (copying the
   inputs in, from the moment their frame was read, and preparing the output buffers),

@@ -76,7 +76,8 @@ class Supervisor:
                         self._config(role, solution, _placed(build, sandbox), plan),
                         self.limits, env, build.folder if build else self.workdir, spawned)
                     try:
-                        ended = self._drive(session, plan, pending, results, report)
+                        ended = self._drive(session, role, plan, pending, results,
+                                            report)
                     finally:
                         with phase("worker_close"):
                             session.close()
@@ -107,8 +108,9 @@ class Supervisor:
             return None
         return jit_cache.template(self.device.type, policy, self._env())
 
-    def _drive(self, session: WorkerSession, plan: Plan, pending: list[Workload],
-               results: dict[str, WorkloadResult], report: Progress) -> WorkloadResult | None:
+    def _drive(self, session: WorkerSession, role: str, plan: Plan,
+               pending: list[Workload], results: dict[str, WorkloadResult],
+               report: Progress) -> WorkloadResult | None:
         """Evaluate workloads until none are left (None) or the worker is gone (its result)."""
         try:
             with phase("worker_wait"):
@@ -116,7 +118,8 @@ class Supervisor:
         except WorkerLost as lost:
             _finish_all(pending, results, lost.status, lost.message)
             return None
-        judge = Judge(session, TimedOracle(self.oracle), plan, self.limits.workload_timeout_s)
+        judge = Judge(session, TimedOracle(self.oracle), plan, self.limits.workload_timeout_s,
+                      seeds_to_worker=role != protocol.CANDIDATE)
         while pending:
             workload = pending.pop(0)
             report(f"{workload.uuid[:8]} running")

@@ -47,6 +47,7 @@ from solforge.harness.channel import Frame, FrameReader, FrameWriter
 from solforge.harness.guards import Guards, Violation
 from solforge.harness.protocol import WorkerConfig
 from solforge.measure.timing import ForgedRange, StopRule, Timing, TimingError, time_iterations
+from solforge.problem.inputs import make_inputs
 from solforge.problem.outputs import OutputMismatch, as_output_list
 from solforge.problem.problem import Problem, load_problem, tensor_shape
 from solforge.problem.reference import load_reference_module
@@ -299,12 +300,19 @@ class Worker:
         return inputs, buffers
 
     def receive_inputs(self, workload: Workload, phase: str, index: int) -> list[Any]:
-        """The driver's inputs for one call, copied to fresh memory on the device."""
+        """The driver's inputs for one call, copied to fresh memory on the device; for a
+        reference role (our own code, no candidate in this process) the driver may send the
+        seed instead, and the inputs are made here, as the driver makes them."""
         frame = self.link.receive(protocol.INPUTS)
         self.frame_arrived = time.perf_counter()
         if (frame.meta.get("workload"), frame.meta.get("phase"),
                 frame.meta.get("index")) != (workload.uuid, phase, index):
             raise RuntimeError(f"protocol: inputs {frame.meta} arrived for {phase} {index}")
+        seed = frame.meta.get("seed")
+        if seed is not None:
+            if self.config.role == protocol.CANDIDATE:  # a seed told is a seed precomputed
+                raise RuntimeError("protocol: a candidate's worker was sent a seed")
+            return list(make_inputs(self.problem, workload, self.device, int(seed)).values())
         shared = frame.meta.get("shared")
         if shared is not None:  # device tensors through CUDA IPC, copied to our own memory
             return handover.receive_values(frame.values, shared, self.device)
