@@ -21,13 +21,16 @@ from solforge.data.solution import load_solution
 from solforge.data.trace import Status
 from solforge.data.workload import InputSource
 from solforge.errors import SolforgeError
-from solforge.harness import phases
+from solforge.harness import phases, protocol
 from solforge.harness.baseline import BaselineCache, export_baselines, import_baselines
+from solforge.harness.channel import Frame
 from solforge.harness.evaluate import EvalConfig, EvaluationRun, evaluate
 from solforge.harness.judge import reproducible_inputs
 from solforge.harness.pool import WorkerPool, shared_pool
+from solforge.harness.protocol import WorkerConfig
 from solforge.harness.startup import waited_steps
 from solforge.harness.supervisor import worker_env
+from solforge.harness.worker import Worker
 from solforge.measure.timing import (
     StopRule,
     enough_iterations,
@@ -35,6 +38,7 @@ from solforge.measure.timing import (
     time_iterations,
 )
 from solforge.problem import load_problem
+from solforge.problem.inputs import make_inputs
 from solforge.runners.base import EvalTask
 from solforge.runners.unit import prepare_like
 
@@ -278,6 +282,35 @@ def test_only_inputs_another_process_makes_bit_for_bit_go_as_a_seed():
     assert reproducible_inputs(workload)
     custom = replace(workload, inputs={**workload.inputs, "x": InputSource("custom")})
     assert not reproducible_inputs(custom)
+
+
+class _OneFrame:
+    """A worker's link that delivers one INPUTS frame."""
+
+    def __init__(self, meta: dict) -> None:
+        self.frame = Frame(protocol.INPUTS, meta)
+
+    def receive(self, *kinds: str) -> Frame:
+        return self.frame
+
+
+def test_a_baseline_worker_makes_its_inputs_from_the_seed_and_a_candidate_refuses_one():
+    problem = load_problem(SMALL)
+    workload = problem.workloads[0]
+    meta = {"workload": workload.uuid, "phase": protocol.CALL_PHASE, "index": 3, "seed": 77}
+
+    def worker(role: str) -> Worker:
+        config = WorkerConfig("", role, str(SMALL), "cpu", None, None, None, None, None, False,
+                              (), "cpu", 0, 1, None, 0)
+        return Worker(config, _OneFrame(meta))
+
+    made = worker(protocol.REFERENCE_EAGER).receive_inputs(workload, protocol.CALL_PHASE, 3)
+    expected = list(make_inputs(problem, workload, "cpu", 77).values())
+    assert len(made) == len(expected)
+    for mine, theirs in zip(made, expected):
+        assert torch.equal(mine, theirs) if isinstance(theirs, torch.Tensor) else mine == theirs
+    with pytest.raises(RuntimeError, match="a candidate's worker was sent a seed"):
+        worker(protocol.CANDIDATE).receive_inputs(workload, protocol.CALL_PHASE, 3)
 
 
 @pytest.mark.slow
