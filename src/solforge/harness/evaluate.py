@@ -190,7 +190,6 @@ class EvaluationRun:
         self.library_notes: dict[str, str] = {}  # workload uuid -> why it has no library time
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.timing_method = "cpu" if self.device.type == "cpu" else config.timing
-        self._machine: dict[str, object] | None = None  # driver and clock, read once
         self.supervisor = Supervisor(problem.root, self.device,
                                      ReferenceOracle(problem, self.device), self.timing_method,
                                      config.limits, config.max_restarts, self.cache_dir)
@@ -378,11 +377,8 @@ class EvaluationRun:
         return cache_key(self.problem, workload, kind, self._cache_context())
 
     def _cache_context(self) -> dict[str, object]:
-        if self._machine is None:
-            found = run_environment(self.device) if self.device.type == "cuda" else {}
-            self._machine = {"driver": found.get("driver"),
-                             "max_sm_clock_mhz": found.get("max_sm_clock_mhz")}
-        return {**self._machine, "method": self.timing_method, "warmup": self.plan.warmup,
+        return {**_machine_facts(str(self.device)), "method": self.timing_method,
+                "warmup": self.plan.warmup,
                 "iterations": self.plan.iterations,
                 "min_iterations": self.plan.min_iterations,
                 "hardware": self.environment.hardware,
@@ -450,6 +446,14 @@ class EvaluationRun:
 
 
 _WITH_CORRECTNESS = (Status.PASSED, Status.INCORRECT_NUMERICAL)
+
+
+@functools.cache
+def _machine_facts(device: str) -> dict[str, object]:
+    """The driver and maximum SM clock that key stored baselines: read once per process (NVML
+    or nvidia-smi), since `bench` opens a run per baseline unit to read the store."""
+    found = run_environment(torch.device(device)) if device.startswith("cuda") else {}
+    return {"driver": found.get("driver"), "max_sm_clock_mhz": found.get("max_sm_clock_mhz")}
 
 
 @functools.cache

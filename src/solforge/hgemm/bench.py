@@ -283,10 +283,8 @@ def demotions(rows: Sequence[BenchRow], table: Table, noise: float = 0.02
         if entry is None or not row.benched_under(table_labels(table, row.shape)):
             continue
         lost = {timing: [f"{mode} {ratio:.3f}x" for mode in row.times
-                         if (ratio := _ratio(row.time("torch", mode, timing),
-                                             row.time("dispatch", mode, timing)))
-                         < 1 - row.noise("torch", mode, timing, noise)]
-                for timing in TIMINGS if not _identical(row, timing)}
+                         if (ratio := tuned_loss(row, mode, timing, noise)) is not None]
+                for timing in TIMINGS}
         lost = {timing: losses for timing, losses in lost.items() if losses}
         if not lost:
             continue
@@ -296,6 +294,15 @@ def demotions(rows: Sequence[BenchRow], table: Table, noise: float = 0.02
                              use_in_graph=entry.use_in_graph and "graph" not in lost,
                              notes=(*entry.notes, f"demoted after benchmarking ({note})")))
     return found
+
+
+def tuned_loss(row: BenchRow, mode: str, timing: str, noise: float) -> float | None:
+    """torch.matmul's time over the dispatcher's where the dispatcher ran a tuned kernel and
+    lost beyond noise (the row's own scatter, at least `noise`); None otherwise."""
+    if _identical(row, timing):
+        return None
+    ratio = _ratio(row.time("torch", mode, timing), row.time("dispatch", mode, timing))
+    return ratio if ratio < 1 - row.noise("torch", mode, timing, noise) else None
 
 
 def load_rows(path: Path) -> list[BenchRow]:
@@ -370,12 +377,8 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02,
               for mode in modes}
     slower_fixed = {mode: {timing: against["torch"][mode][timing]["below_fixed_noise"]
                            for timing in TIMINGS} for mode in modes}
-    tuned = {mode: {timing: speedups(((row.shape.key,
-                                       _ratio(row.time("torch", mode, timing),
-                                              row.time("dispatch", mode, timing)),
-                                       row.noise("torch", mode, timing, noise))
-                                      for row in rows if not _identical(row, timing)),
-                                     noise).below_noise
+    tuned = {mode: {timing: sum(tuned_loss(row, mode, timing, noise) is not None
+                                for row in rows)
                     for timing in TIMINGS} for mode in modes}
     versus_lt = _tuned_vs_autotuned(table, noise)
     decode = _decode_bandwidth(rows, table, roof or roof_for(
