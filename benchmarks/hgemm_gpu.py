@@ -235,7 +235,7 @@ def run_pass(run: Run, shapes, deadline_s: float, measurer, sm_count: int,
     table = load_table(run.table)
     started = start_counts(run.table)
     dispatch.use_table(table, retrieval=False)
-    # a row timed before its shape was tuned again, or in the old fixed order, is timed again
+    # a row timed before its shape was tuned again, or in an earlier order, is timed again
     done_rows = {row.shape.key for row in finished_rows(load_rows(run.rows), measurer.device)}
     roof = roof or roof_of_device(measurer.device)
     headrooms = probe(run, [s for s in shapes if table.get(s) is None], measurer, roof,

@@ -122,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                 "goes on from here")
             break
         started = time.monotonic()
+        if has_library(address):  # a call cut short still says where its time went
+            log(f"{address}: judging ({time.monotonic() - began:.0f} s into the call)")
         try:
             record = judge_problem(address, config)
         except LibraryMissing as exc:
@@ -140,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         if record is None:
             continue
         statuses = sorted({w["status"] for w in record["workloads"].values()})
-        log(f"{address}: {record['library']} {', '.join(statuses)}")
+        log(f"{address}: {record['library']} {', '.join(statuses)} "
+            f"({time.monotonic() - started:.0f} s)")
         done["problems"].append(record)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(done, indent=1) + "\n")

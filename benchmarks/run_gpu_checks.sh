@@ -7,8 +7,12 @@
 #   stages: env tests calibrate harness   (the default, in this order)
 #           throughput   issue 13: seconds per optimizer candidate, phases before/after, the
 #                        suite cold/warm (benchmarks/throughput_gpu.py, resumable)
-#           suite        the bundled suite and its shipped solutions (issue 5)
-#           forge        template search over 24 L1/L2 problems and its goal (issue 6)
+#           suite        the bundled suite and its shipped solutions (issue 5; goes on from
+#                        the committed benchmarks/results/h200-suite.db.gz, or SUITE_STORE,
+#                        and leaves OUTDIR/suite/h200-suite.db.gz to commit)
+#           forge        template search over 24 L1/L2 problems and its goal (issue 6; goes
+#                        on from the committed h200-forge.db.gz and h200-forge.jsonl, or
+#                        FORGE_STORE, and leaves OUTDIR/forge/h200-forge.db.gz to commit)
 #           hgemm        the HGEMM tuner and benchmark (issue 7; carry nvmath-python)
 #           sandbox      the sandbox's cost per candidate on the GPU (benchmarks/sandbox_cost.py)
 #           floor        the launch floor: near-empty kernels, cold and warm L2
@@ -113,17 +117,37 @@ stage_throughput() {
         2>&1 | tee -a "$out/throughput.log"
 }
 
+suite_store=${SUITE_STORE:-benchmarks/results/h200-suite.db.gz}
+forge_store=${FORGE_STORE:-benchmarks/results/h200-forge.db.gz}
+
+unpack_store() {  # COMMITTED.db.gz DIR/STORE.db: earlier machines' store, unless one is there
+    mkdir -p "$(dirname "$2")"
+    if [ ! -s "$2" ] && [ -s "$1" ]; then gunzip -c "$1" > "$2"; fi
+}
+
+pack_store() {  # DIR/STORE.db DIR/NAME.db.gz: the store to commit in place of the old one
+    if [ -s "$1" ]; then gzip -c "$1" > "$2"; fi
+}
+
 stage_suite() {
+    # Goes on from the committed store of earlier machines' calls (suite.db, gzipped) and
+    # leaves OUTDIR/suite/h200-suite.db.gz to commit in its place: the suite ends over calls.
+    unpack_store "$suite_store" "$out/suite/suite.db"
     import_baselines
     "$python" benchmarks/suite_gpu.py "$out/suite" all --deadline-s "$deadline" \
         2>&1 | tee -a "$out/suite.log"
+    pack_store "$out/suite/suite.db" "$out/suite/h200-suite.db.gz"
     export_baselines
 }
 
 stage_forge() {
+    # The same for the search: its archive (forge.db, gzipped) and the problems it finished.
+    unpack_store "$forge_store" "$out/forge/forge.db"
+    seed_from_results h200-forge.jsonl "$out/forge/h200-forge.jsonl"
     import_baselines
     "$python" benchmarks/forge_gpu.py "$out/forge" --deadline-s "$deadline" \
         2>&1 | tee -a "$out/forge.log"
+    pack_store "$out/forge/forge.db" "$out/forge/h200-forge.db.gz"
     export_baselines
 }
 

@@ -3,6 +3,7 @@ benchmarks/results, so a fresh GPU machine continues instead of starting over.""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -56,3 +57,31 @@ def test_examples_again_is_passed_on(tmp_path):
     calls = _stage(tmp_path, "examples", EXAMPLES_AGAIN="cute_dsl cutile")[2]
     (script,) = [c for c in calls if "examples_gpu.py" in c]
     assert script.endswith("--again cute_dsl --again cutile")
+
+
+@pytest.mark.parametrize(("stage", "variable", "store", "script"), [
+    ("suite", "SUITE_STORE", "suite.db", "suite_gpu.py"),
+    ("forge", "FORGE_STORE", "forge.db", "forge_gpu.py"),
+])
+def test_a_long_stage_goes_on_from_the_committed_store_and_leaves_the_next_one(
+        tmp_path, stage, variable, store, script):
+    """The suite's and the search's SQLite stores travel gzipped: unpacked before the run,
+    packed after, for the next machine to go on from."""
+    committed = tmp_path / "committed.db.gz"
+    committed.write_bytes(gzip.compress(b"stored traces"))
+    python = tmp_path / "python"
+    python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n')
+    python.chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls), variable: str(committed)}
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(SCRIPT), str(out), stage], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (out / stage / store).read_bytes() == b"stored traces"
+    packed = out / stage / f"h200-{stage}.db.gz"
+    assert gzip.decompress(packed.read_bytes()) == b"stored traces"
+    lines = calls.read_text().splitlines()
+    assert [i for i, c in enumerate(lines) if script in c] == [1], lines
+    assert lines[0].startswith("-m solforge baselines import")
+    assert lines[2].startswith("-m solforge baselines export")

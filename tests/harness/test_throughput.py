@@ -26,6 +26,7 @@ from solforge.harness.baseline import BaselineCache, export_baselines, import_ba
 from solforge.harness.channel import Frame
 from solforge.harness.evaluate import EvalConfig, EvaluationRun, evaluate
 from solforge.harness.judge import reproducible_inputs
+from solforge.harness.oracle import ReferenceOracle, same_bits
 from solforge.harness.pool import WorkerPool, shared_pool
 from solforge.harness.protocol import WorkerConfig
 from solforge.harness.startup import waited_steps
@@ -282,6 +283,72 @@ def test_only_inputs_another_process_makes_bit_for_bit_go_as_a_seed():
     assert reproducible_inputs(workload)
     custom = replace(workload, inputs={**workload.inputs, "x": InputSource("custom")})
     assert not reproducible_inputs(custom)
+
+
+SEEDED, UNSEEDED = "torch.randn(shape)", "torch.full(shape, random.random())"
+
+
+def _custom_problem(tmp_path, draw: str):
+    """rmsnorm_small with hidden_states from a custom generator that draws with `draw`."""
+    folder = tmp_path / ("custom_seeded" if draw == SEEDED else "custom_unseeded")
+    folder.mkdir()
+    definition = json.loads((SMALL / "definition.json").read_text())
+    definition["name"] = folder.name
+    definition["reference"] += (
+        "\n\nimport random\n\n\ndef make_custom(axes, device):\n"
+        "    shape = (axes['num_tokens'], axes['hidden_size'])\n"
+        f"    values = {draw}\n"
+        "    return {'hidden_states': values.to(device=device, dtype=torch.bfloat16)}\n")
+    definition["custom_inputs_entrypoint"] = "make_custom"
+    (folder / "definition.json").write_text(json.dumps(definition))
+    rows = [json.loads(line) for line in (SMALL / "workload.jsonl").read_text().splitlines()]
+    for row in rows:
+        row["inputs"]["hidden_states"] = {"type": "custom"}
+    (folder / "workload.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return load_problem(folder)
+
+
+def test_a_custom_generator_goes_as_a_seed_only_if_it_repeats_bit_for_bit(tmp_path):
+    """Drawn from torch's seeded generator: the same inputs twice, so a baseline's worker can
+    make them. Drawn from Python's unseeded random: handed over, as before."""
+    seeded, unseeded = _custom_problem(tmp_path, SEEDED), _custom_problem(tmp_path, UNSEEDED)
+    for problem, repeats in ((seeded, True), (unseeded, False)):
+        workload = problem.workloads[0]
+        assert not reproducible_inputs(workload)
+        oracle = ReferenceOracle(problem, torch.device("cpu"))
+        assert oracle.repeatable(workload, 11) is repeats
+        assert oracle.repeatable(workload, 12) is repeats  # checked once per workload
+        kept = oracle.inputs(workload, 11)  # the copy the check made, kept for the reference
+        assert oracle.inputs(workload, 11) is kept
+
+
+def test_same_bits_tells_nan_payloads_signed_zeros_and_dtypes_apart():
+    nan = torch.tensor([float("nan")])
+    assert same_bits(nan, nan.clone()) and not torch.equal(nan, nan.clone())
+    assert not same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
+    assert not same_bits(torch.zeros(2), torch.zeros(2, dtype=torch.float64))
+    assert same_bits(torch.tensor(1.5), torch.tensor(1.5)) and same_bits(3, 3)
+    assert not same_bits(3, 3.0) and not same_bits(torch.zeros(1), 0.0)
+
+
+@pytest.mark.slow
+def test_a_baseline_worker_makes_repeatable_custom_inputs_from_the_seed(tmp_path, monkeypatch):
+    """End to end: the seeded custom generator's baseline is sent seeds (the driver makes its
+    inputs only for the check) and passes; the unseeded one's are handed over, and it passes."""
+    monkeypatch.setenv("SOLFORGE_BASELINE_KEY", str(tmp_path / "key"))
+    solution = load_solution(HONEST / "pytorch_rmsnorm" / "solution.py", "rmsnorm_small")
+    for draw, handed_over in ((SEEDED, False), (UNSEEDED, True)):
+        problem = _custom_problem(tmp_path, draw)
+        config = EvalConfig(device="cpu", baseline="eager", secret=5, smallest=1,
+                            limits=short_limits(), cache_dir=tmp_path / "cache", iterations=20)
+        with phases.collecting() as log:
+            [trace] = evaluate(problem, replace(solution, definition=problem.definition.name),
+                               config)
+        made = {t.name: t.count for t in log.totals()}.get("eager/inputs", 0)
+        assert trace.status is Status.PASSED, trace.evaluation.log
+        assert trace.evaluation.performance.reference_latency_ms is not None
+        # the check makes one workload's inputs (twice, in one phase); handed over: every call
+        assert (made > 10) if handed_over else (made == 1), (draw, made)
 
 
 class _OneFrame:

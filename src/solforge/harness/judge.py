@@ -90,9 +90,11 @@ class Judge:
         self.timeout_s = timeout_s
         # A reference role's worker (a baseline: our own code, no candidate in it) is sent each
         # call's seed and makes the inputs itself where it can make them bit for bit
-        # (reproducible_inputs), so no copy of them crosses to it. A candidate's worker is
+        # (reproducible_inputs, or a custom generator the oracle found repeatable), so no copy
+        # of them crosses to it. A candidate's worker is
         # never told a seed: it could compute ahead of the call.
         self.seeds_to_worker = seeds_to_worker
+        self.seed_only: bool | None = None
         self.shared: SharedInputs | None = None
         self.slots: list[torch.Tensor | None] | None = None  # this workload's output slots
         self.probed = oracle.device.type != "cuda"  # IPC is for device tensors only
@@ -110,6 +112,7 @@ class Judge:
         """The verdict; raises WorkerLost when the worker stops answering."""
         self.deadline = self.session.deadline(self.timeout_s)
         self.workload = workload
+        self.seed_only: bool | None = None  # whether this workload's calls go as seeds
         self.max_payload = _output_bytes(self.oracle, workload)
         try:
             if not self.probed:
@@ -194,15 +197,19 @@ class Judge:
         outputs it compares."""
         meta: dict[str, Any] = {"workload": self.workload.uuid, "phase": phase, "index": index}
         inputs: list[Any] = []
-        seed_only = self.seeds_to_worker and reproducible_inputs(self.workload)
+        try:
+            if self.seed_only is None:  # decided at the workload's first call
+                self.seed_only = self.seeds_to_worker and (
+                    reproducible_inputs(self.workload)
+                    or self.oracle.repeatable(self.workload, seed))
+            seed_only = self.seed_only
+            if not seed_only:
+                inputs = self.oracle.inputs(self.workload, seed)
+        except Exception as exc:
+            raise InputFailure(f"making the inputs of {phase} {index} failed: "
+                               f"{describe_exception(exc)}") from None
         if seed_only:
             meta["seed"] = seed
-        else:
-            try:
-                inputs = self.oracle.inputs(self.workload, seed)
-            except Exception as exc:
-                raise InputFailure(f"making the inputs of {phase} {index} failed: "
-                                   f"{describe_exception(exc)}") from None
         if self.shared is not None and not seed_only:
             inputs, meta["shared"] = self.shared.share(inputs)
         began = time.monotonic()
@@ -363,9 +370,10 @@ def _output_layouts(oracle: ReferenceOracle, workload: Workload
 
 
 def reproducible_inputs(workload: Workload) -> bool:
-    """Whether another process makes this workload's inputs bit for bit from the seed: random
-    inputs come from a generator seeded per input and safetensors from their file, but a
-    problem's own custom_inputs code may draw from anything (Python's random, the clock)."""
+    """Whether another process surely makes this workload's inputs bit for bit from the seed:
+    random inputs come from a generator seeded per input and safetensors from their file, but a
+    problem's own custom_inputs code may draw from anything (Python's random, the clock), so
+    those go as a seed only once the oracle finds them repeatable."""
     return all(source.kind != "custom" for source in workload.inputs.values())
 
 

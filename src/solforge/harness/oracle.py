@@ -38,6 +38,7 @@ class ReferenceOracle:
                                             problem.root / "definition.json")
         self._inputs: dict[tuple[str, int], list[Any]] = {}
         self._expected: OrderedDict[tuple[str, int], list[Any]] = OrderedDict()
+        self._repeatable: dict[str, bool] = {}
 
     def inputs(self, workload: Workload, seed: int) -> list[Any]:
         """The inputs of `seed`, made now and kept for its reference until `expected` or
@@ -47,6 +48,19 @@ class ReferenceOracle:
             values = make_inputs(self.problem, workload, self.device, seed)
             self._inputs[key] = list(values.values())
         return self._inputs[key]
+
+    def repeatable(self, workload: Workload, seed: int) -> bool:
+        """Whether this workload's inputs come out bit for bit the same when made twice from
+        one seed. A problem's own custom generator may draw from Python's random or the clock,
+        so a baseline's worker is sent its seed only if it passes; any difference left between
+        processes would show as a failed comparison, never as a silent change. Checked once per
+        workload; the first copy is kept as the seed's inputs."""
+        if workload.uuid not in self._repeatable:
+            first = self.inputs(workload, seed)
+            again = list(make_inputs(self.problem, workload, self.device, seed).values())
+            self._repeatable[workload.uuid] = (
+                len(first) == len(again) and all(map(same_bits, first, again)))
+        return self._repeatable[workload.uuid]
 
     def forget(self, workload: Workload, seed: int) -> None:
         """Drop the inputs of a seed whose outputs will not be compared."""
@@ -82,3 +96,18 @@ class ReferenceOracle:
         except Exception as exc:
             raise ReferenceFailure(f"reference raised {describe_exception(exc)}") from None
         return values
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Equal to the bit (NaNs and signed zeros included), for tensors and scalars."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape or a.device != b.device:
+            return False
+        return torch.equal(_as_bytes(a), _as_bytes(b))
+    return type(a) is type(b) and repr(a) == repr(b)
+
+
+def _as_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().contiguous().reshape(-1).view(torch.uint8)

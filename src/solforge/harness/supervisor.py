@@ -183,6 +183,10 @@ class TimedOracle:
         with phase("inputs"):
             return self.oracle.inputs(workload, seed)
 
+    def repeatable(self, workload: Workload, seed: int) -> bool:
+        with phase("inputs"):
+            return self.oracle.repeatable(workload, seed)
+
     def forget(self, workload: Workload, seed: int) -> None:
         self.oracle.forget(workload, seed)
 

@@ -98,7 +98,7 @@ class BenchRow:
     seconds: float = 0.0
     spreads: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # as times
     rounds: int = 0  # timed calls behind each median
-    order: str = "fixed"  # how the methods were interleaved: ORDER, or an earlier fixed order
+    order: str = "fixed"  # how the methods were interleaved: ORDER, or an earlier order
 
     def time(self, method: str, mode: str = "offline", timing: str = "kernel") -> float | None:
         return self.times.get(mode, {}).get(timing, {}).get(method)
@@ -209,8 +209,8 @@ def bench(shapes: Sequence[Shape], rows_path: Path, measurer: Measurer,
           log: Callable[[str], None] | None = None) -> BudgetReport:
     """Benchmark every shape not yet in the rows file, until the budget runs out, with the
     active dispatcher. A row timed with fewer rounds than `settings` ask for its shape, or in
-    the fixed order rows had before the order turned (measure.py), is measured again (the new
-    row replaces it: load_rows keeps a shape's last row)."""
+    an earlier order of the methods than ORDER (measure.py), is measured again (the new row
+    replaces it: load_rows keeps a shape's last row)."""
     rows_path = Path(rows_path)
     done = {row.shape.key for row in finished_rows(load_rows(rows_path), measurer.device)
             if row.rounds >= rounds_for(row.shape, settings)}
@@ -260,7 +260,7 @@ def current_rows(rows: Sequence[BenchRow], device: torch.device) -> list[BenchRo
 
 def finished_rows(rows: Sequence[BenchRow], device: torch.device) -> list[BenchRow]:
     """The rows no benchmark needs to time again: current (`current_rows`) and timed with the
-    methods' order turning (rows of the earlier fixed order are timed again)."""
+    methods in the current ORDER (rows of an earlier order are timed again)."""
     return [row for row in current_rows(rows, device) if row.order == ORDER]
 
 
@@ -388,8 +388,8 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02,
         "shapes": len(rows),
         # rows timed under choices since changed (tuned again, demoted): not the shipped times
         "stale_rows": {"count": len(stale), "shapes": stale[:100]},
-        # rows timed with the methods in a fixed order: the next benchmark times them again
-        "fixed_order_rows": sum(row.order != ORDER for row in rows),
+        # rows timed with the methods in an earlier order: the next benchmark times them again
+        "earlier_order_rows": sum(row.order != ORDER for row in rows),
         "dispatch_speedup": against,
         "dispatch_vs_torch_by_set": by_set["kernel"],
         "dispatch_vs_torch_by_set_graph": by_set["graph"],

@@ -3,14 +3,17 @@ float32 reference, the error against it, and several callables timed side by sid
 
 Timing goes through solforge.measure.timing.time_iterations (cold L2 before every call; "kernel"
 reads the profiler's kernel records, "graph" replays a CUDA graph per call). The callables are
-interleaved in one run, so they share one profiler session and one clock history; their order
-turns by one place each round (`interleaved_order`), so each takes every place in a round
-equally often and none is favoured by where it runs (the H200's 2026-12-02 rows, timed in a
-fixed order, showed the dispatcher's torch.matmul more than 2% slower than the same
-torch.matmul call on 201 shapes and faster on 34). Each callable's own iterations are then
-summarised apart. Server mode spaces the calls by exponential gaps (Poisson arrivals), slept
-before the L2 flush, outside the timed window: the GPU idles between calls as it does behind a
-server.
+interleaved in one run, so they share one profiler session and one clock history. Their order
+is carryover-balanced (`interleaved_order`, a Williams design): each takes every place in a
+round equally often, and follows each other callable equally often. The place alone was not
+enough: on the H200 (2026-12-02), with the order fixed and then turned by one place each round,
+the dispatcher's torch.matmul read more than 2% slower than the same torch.matmul call on 151
+of 845 shapes and faster on 10. Both orders put the same callable before each: torch.matmul
+right after the dispatcher (the same kernel on those shapes), the dispatcher after cuBLASLt.
+A host delay of 10-100 us before a launch changed nothing measurable (hgemm_gap_probe.py), so
+what ran just before is the suspect. Each callable's own iterations are summarised apart.
+Server mode spaces the calls by exponential gaps (Poisson arrivals), slept before the L2
+flush, outside the timed window: the GPU idles between calls as it does behind a server.
 
 `Measurer` is what the tuner and the benchmark ask of a device, so the tests can substitute a
 fake timer for the GPU.
@@ -31,7 +34,7 @@ from solforge.hgemm.space import Shape
 from solforge.measure.timing import Timing, summarize, time_iterations
 
 Call = Callable[[], object]
-ORDER = "rotated"  # how time_interleaved orders its callables (a bench row records it)
+ORDER = "balanced"  # how time_interleaved orders its callables (a bench row records it)
 
 
 @dataclass(frozen=True)
@@ -122,9 +125,28 @@ def time_interleaved(calls: dict[str, Call], method: str, rounds: int, warmup_ro
 
 
 def interleaved_order(count: int, rounds: int) -> list[int]:
-    """Which callable each iteration runs: every round runs all `count` once, the order of round
-    r turned by r places (0 1 2, 1 2 0, 2 0 1, ...)."""
-    return [(place + r) % count for r in range(rounds) for place in range(count)]
+    """Which callable each iteration runs: every round runs all `count` once, round r in the
+    order of row r of `balanced_rounds` (cycling)."""
+    rows = balanced_rounds(count)
+    return [index for r in range(rounds) for index in rows[r % len(rows)]]
+
+
+def balanced_rounds(count: int) -> list[list[int]]:
+    """A Williams design: rounds in which each callable takes each place equally often and
+    directly follows each other callable equally often (once over `count` rounds when `count`
+    is even; twice over 2 x `count`, the rows and their mirrors, when it is odd). The first
+    row zigzags, 0 1 n-1 2 n-2 ...; row r adds r to each index, mod `count`."""
+    if count < 1:
+        return []
+    first, low, high = [0], 1, count - 1
+    while low <= high:
+        first.append(low)
+        low += 1
+        if low <= high:
+            first.append(high)
+            high -= 1
+    rows = [[(index + r) % count for index in first] for r in range(count)]
+    return rows + [row[::-1] for row in rows] if count % 2 else rows
 
 
 def _poisson_gaps(mean_s: float, seed: int) -> Callable[[int], None]:
