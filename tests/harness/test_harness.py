@@ -622,12 +622,17 @@ class _SandboxedSession(_RecordingSession):
 
 def test_no_cuda_ipc_probe_for_a_worker_under_the_sandboxs_private_uid():
     """CUDA IPC never maps across uids: such a worker gets its tensors through the frames, and
-    the trace says why, without a probe."""
+    the trace says why, without a probe, unless it has the socket that device memory can be
+    shared through by descriptor (vmm.py): then the probe tries that."""
     plan = Plan(SeedPlan(secret=1), rounds=1, warmup=1, iterations=2, verify=1)
     private = Judge(_SandboxedSession(), _OnTheGpu(), plan, 10.0)
     assert private.probed and "across the sandbox's uid" in private.handover
     same_uid = Judge(_RecordingSession(), _OnTheGpu(), plan, 10.0)
     assert not same_uid.probed and same_uid.handover == ""
+    linked = _SandboxedSession()
+    linked.link = object()
+    by_descriptor = Judge(linked, _OnTheGpu(), plan, 10.0)
+    assert not by_descriptor.probed and by_descriptor.across_uids
 
 
 def test_failed_input_generation_is_an_invalid_reference_not_a_crash():

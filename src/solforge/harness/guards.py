@@ -58,6 +58,7 @@ WATCHED_MODULES = (
     "torch", "torch.cuda", "torch.profiler", "torch.autograd.profiler", "torch.library",
     "torch.overrides", "solforge.measure.timing", "solforge.measure.clocks",
     "solforge.harness.channel", "solforge.harness.area", "solforge.harness.handover",
+    "solforge.harness.vmm",
     "solforge.harness.guards", "solforge.harness.worker", "solforge.harness.protocol",
     "solforge.problem.outputs",
 )

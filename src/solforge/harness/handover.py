@@ -21,6 +21,10 @@ segment reaches only the copies it is given anyway, and the slots it writes by d
 `probe_value` and `PROBE_SUM` let the driver check once per worker that the mapping works there,
 reading and writing (the same GPU seen from two processes, a driver new enough); otherwise it
 falls back to bytes.
+
+A worker under the sandbox's private uid cannot map an IPC handle; there the same roles are
+played by arenas the driver shares by file descriptor (vmm.py), and `map_shared` maps a
+description of either kind.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from typing import Any
 
 import torch
 
+from solforge.harness import vmm
 from solforge.harness.channel import TENSOR_DTYPES
 
 KIND = "cuda_ipc"
+_ARENAS: vmm.FdMapped | None = None  # the worker's mappings of its driver's VMM arenas
 PROBE_ELEMENTS = 1024
 PROBE_SUM = PROBE_ELEMENTS * (PROBE_ELEMENTS - 1) // 2  # sum of arange(PROBE_ELEMENTS)
 
@@ -116,8 +122,17 @@ def open_shared(description: dict[str, Any], device: torch.device) -> torch.Tens
     return own
 
 
+def use_arenas(arenas: vmm.FdMapped) -> None:
+    """The worker's side: where tensors of kind vmm.KIND are mapped from."""
+    global _ARENAS
+    _ARENAS = arenas
+
+
 def map_shared(description: dict[str, Any]) -> torch.Tensor:
-    """The worker's side: a tensor over the driver's shared memory (writes reach the driver)."""
+    """The worker's side: a tensor over the driver's shared memory (writes reach the driver):
+    a CUDA IPC handle, or a place in an arena the driver sent by descriptor (vmm.py)."""
+    if description.get("kind") == vmm.KIND and _ARENAS is not None:
+        return _ARENAS.view(description)
     if description.get("kind") != KIND or description.get("dtype") not in TENSOR_DTYPES:
         raise ValueError(f"not a shared tensor: {description!r:.200}")
     torch.cuda.init()  # mapping a handle in a process with no CUDA context crashes it

@@ -16,9 +16,11 @@ inputs to receiving its outputs): a call cannot take longer than the time it was
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,7 +29,7 @@ import torch
 from solforge.data.dtypes import storage_shape
 from solforge.data.trace import Correctness, Status, parse_status
 from solforge.data.workload import Workload
-from solforge.harness import handover, phases, protocol
+from solforge.harness import handover, phases, protocol, vmm
 from solforge.harness.compare import Comparison, compare_outputs, worst_of
 from solforge.harness.handover import SharedInputs
 from solforge.harness.oracle import ReferenceFailure, ReferenceOracle
@@ -95,7 +97,7 @@ class Judge:
         # never told a seed: it could compute ahead of the call.
         self.seeds_to_worker = seeds_to_worker
         self.seed_only: bool | None = None
-        self.shared: SharedInputs | None = None
+        self.shared: SharedInputs | vmm.FdShared | None = None
         self.slots: list[torch.Tensor | None] | None = None  # this workload's output slots
         self.probed = oracle.device.type != "cuda"  # IPC is for device tensors only
         writer = getattr(session, "writer", None)
@@ -103,8 +105,12 @@ class Judge:
         # the worker has one, else in the pipe.
         self.frames = "shared_memory" if getattr(writer, "area", None) else "pipe"
         self.handover = self.frames if self.probed else ""  # set by the probe on a GPU
-        if not self.probed and getattr(getattr(session, "sandbox", None), "uid", None) is not None:
-            # CUDA IPC maps only between processes of one uid (measured on the H200): no probe
+        # CUDA IPC maps only between processes of one uid (measured on the H200): across the
+        # sandbox's, device memory is shared by descriptor (vmm.py) where the worker has the
+        # socket for it, else the frames carry the tensors
+        self.link = getattr(session, "link", None)
+        self.across_uids = getattr(getattr(session, "sandbox", None), "uid", None) is not None
+        if not self.probed and self.across_uids and self.link is None:
             self.probed = True
             self.handover = f"{self.frames} (CUDA IPC does not map across the sandbox's uid)"
 
@@ -132,8 +138,9 @@ class Judge:
         uuid = self.workload.uuid
         start: dict[str, Any] = {"workload": uuid, "rounds": self.plan.rounds}
         if self.shared is not None:
-            self.slots, start["slots"] = self.shared.output_slots(
-                _output_layouts(self.oracle, self.workload))
+            with _worker_reachable():
+                self.slots, start["slots"] = self.shared.output_slots(
+                    _output_layouts(self.oracle, self.workload))
         self.session.send(protocol.START, start)
         worst: Correctness | None = None
         failed: Comparison | None = None
@@ -160,19 +167,27 @@ class Judge:
         _record_worker_seconds(done.get("worker_seconds"), "correctness", "round")
         return self._timed(worst, first_call_ms)
 
+    def close(self) -> None:
+        """Free the arenas shared with the worker (vmm.py), once it is done with them."""
+        if isinstance(self.shared, vmm.FdShared):
+            self.shared.close()
+        self.shared = None
+
     def _probe(self) -> None:
         """Once per worker on a GPU: hand inputs and outputs over through CUDA IPC if the worker
         can map a shared tensor and write into a slot, else as bytes."""
         self.probed = True
         device = self.oracle.device
+        name, kind = ("CUDA VMM", vmm.KIND) if self.across_uids else ("CUDA IPC", handover.KIND)
         try:
-            shared = SharedInputs(device)
+            shared = (vmm.FdShared(device, self.link) if self.across_uids
+                      else SharedInputs(device))
             values, descriptions = shared.share([handover.probe_value(device)])
             slots, slot_descriptions = shared.output_slots([handover.probe_slot(device)])
             slots[0].zero_()
             torch.cuda.synchronize(device)  # zeroed before the worker can write it
         except Exception as exc:  # no IPC in this driver
-            self.handover = f"{self.frames} (CUDA IPC unavailable in the driver: {exc})"[:300]
+            self.handover = f"{self.frames} ({name} unavailable in the driver: {exc})"[:300]
             return
         self.session.send(protocol.PROBE, {"shared": descriptions, "slots": slot_descriptions},
                           values)
@@ -183,10 +198,12 @@ class Judge:
         written = int(handover.taken([0], slots)[0].item())
         if frame.meta.get("sum") == handover.PROBE_SUM == written:
             self.shared = shared
-            self.handover = handover.KIND
+            self.handover = kind
         else:
             error = str(frame.meta.get("error") or f"the slot held {written}").splitlines()[0]
-            self.handover = f"{self.frames} (CUDA IPC failed in the worker: {error})"[:300]
+            self.handover = f"{self.frames} ({name} failed in the worker: {error})"[:300]
+            if isinstance(shared, vmm.FdShared):
+                shared.close()
         shared.release()
 
     def _hand_over(self, phase: str, index: int, seed: int) -> float:
@@ -211,7 +228,8 @@ class Judge:
         if seed_only:
             meta["seed"] = seed
         if self.shared is not None and not seed_only:
-            inputs, meta["shared"] = self.shared.share(inputs)
+            with _worker_reachable():
+                inputs, meta["shared"] = self.shared.share(inputs)
         began = time.monotonic()
         with phases.phase("send_inputs"):
             self.session.send(protocol.INPUTS, meta, inputs)
@@ -293,6 +311,16 @@ class Judge:
     def _require(self, condition: bool, what: str) -> None:
         if not condition:
             raise WorkerLost(Status.RUNTIME_ERROR, f"protocol broken: {what}")
+
+
+@contextlib.contextmanager
+def _worker_reachable() -> Iterator[None]:
+    """A worker gone while its arena's descriptor was being sent (vmm.py) is a lost worker."""
+    try:
+        yield
+    except OSError as exc:
+        raise WorkerLost(Status.RUNTIME_ERROR, f"the worker stopped taking device memory: "
+                                               f"{exc}") from None
 
 
 def _secret_choice(fewest: int, total: int, verify: int) -> set[int]:

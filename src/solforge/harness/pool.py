@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -29,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from solforge.harness import area, signals
+from solforge.harness import area, signals, vmm
 from solforge.harness.process import kill_group, python_command, start
 from solforge.harness.sandbox import Sandbox
 
@@ -48,6 +49,7 @@ class Spawned:
     started: float  # time.monotonic() at spawn
     sandbox: Sandbox | None = None  # the sandbox it runs in, if any
     area_fd: int | None = None  # the frames' shared memory (area.py)
+    link: socket.socket | None = None  # where the driver sends arenas' descriptors (vmm.py)
 
     def cwd(self, default: Path) -> Path:
         """Where it works: its sandbox's private home, else `default`."""
@@ -67,6 +69,8 @@ class Spawned:
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+        if self.link is not None:
+            self.link.close()
 
 
 def spawn(env: dict[str, str], make_sandbox: SandboxMaker | None = None) -> Spawned:
@@ -77,7 +81,8 @@ def spawn(env: dict[str, str], make_sandbox: SandboxMaker | None = None) -> Spaw
     result_read, result_write = os.pipe()
     command_read, command_write = os.pipe()
     area_fd = area.create()
-    passed = (result_write, command_read, area_fd)
+    link, worker_link = vmm.socket_pair()
+    passed = (result_write, command_read, area_fd, worker_link.fileno())
     sandbox = make_sandbox() if make_sandbox is not None else None
     spec = sandbox.spec(keep_fds=passed) if sandbox is not None else None
     argv = python_command("solforge.harness.prespawned", *map(str, passed), sandbox=spec)
@@ -88,7 +93,8 @@ def spawn(env: dict[str, str], make_sandbox: SandboxMaker | None = None) -> Spaw
         process = start(argv, env, cwd, pass_fds=passed)
     os.close(result_write)
     os.close(command_read)
-    return Spawned(process, result_read, command_write, time.monotonic(), sandbox, area_fd)
+    worker_link.close()
+    return Spawned(process, result_read, command_write, time.monotonic(), sandbox, area_fd, link)
 
 
 def enabled() -> bool:

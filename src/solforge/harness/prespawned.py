@@ -39,7 +39,8 @@ def _prewarm() -> None:
         startup.mark("profiler")
 
 
-def main(result_fd: int, command_fd: int, area_fd: int | None = None) -> None:
+def main(result_fd: int, command_fd: int, area_fd: int | None = None,
+         link_fd: int | None = None) -> None:
     startup.mark("interpreter")  # this module's imports (the harness package's, torch's) included
     from solforge.harness import worker
 
@@ -51,9 +52,9 @@ def main(result_fd: int, command_fd: int, area_fd: int | None = None) -> None:
     if frame.kind != PLACE or not isinstance(frame.meta.get("cwd"), str):
         raise SystemExit(f"protocol: expected {PLACE!r} first, got {frame.kind!r}")
     os.chdir(frame.meta["cwd"])
-    worker.main(result_fd, command_fd, area_fd)
+    worker.main(result_fd, command_fd, area_fd, link_fd)
 
 
 if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if p not in ("", str(Path.cwd()))]
-    main(*map(int, sys.argv[1:4]))
+    main(*map(int, sys.argv[1:5]))

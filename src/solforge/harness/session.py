@@ -72,6 +72,7 @@ class WorkerSession:
         self.process = spawned.process
         self._fds = tuple(fd for fd in (spawned.result_fd, spawned.command_fd, spawned.area_fd)
                           if fd is not None)
+        self.link = spawned.link  # the arenas' descriptors go to the worker here (vmm.py)
         cwd = spawned.cwd(cwd)
         self.log = OutputLog(self.process.stdout)
         inbox = outbox = None
@@ -146,6 +147,8 @@ class WorkerSession:
         for fd in self._fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        if self.link is not None:
+            self.link.close()
 
     def deadline(self, seconds: float) -> float:
         return time.monotonic() + seconds

@@ -120,6 +120,13 @@ class Supervisor:
             return None
         judge = Judge(session, TimedOracle(self.oracle), plan, self.limits.workload_timeout_s,
                       seeds_to_worker=role != protocol.CANDIDATE)
+        try:
+            return self._judge_all(judge, pending, results, report)
+        finally:
+            judge.close()
+
+    def _judge_all(self, judge: Judge, pending: list[Workload],
+                   results: dict[str, WorkloadResult], report: Progress) -> WorkloadResult | None:
         while pending:
             workload = pending.pop(0)
             report(f"{workload.uuid[:8]} running")

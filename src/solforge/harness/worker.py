@@ -41,7 +41,7 @@ import torch
 from solforge.data.dtypes import storage_shape
 from solforge.data.trace import Status
 from solforge.data.workload import Workload
-from solforge.harness import handover, protocol, signals, startup
+from solforge.harness import handover, protocol, signals, startup, vmm
 from solforge.harness.area import TO_DRIVER, TO_WORKER, Area
 from solforge.harness.channel import Frame, FrameReader, FrameWriter
 from solforge.harness.guards import Guards, Violation
@@ -656,7 +656,8 @@ def _format(exc: BaseException, chars: int = 4000) -> str:
     return text if len(text) <= chars else "..." + text[-chars:]
 
 
-def main(result_fd: int, command_fd: int, area_fd: int | None = None) -> None:
+def main(result_fd: int, command_fd: int, area_fd: int | None = None,
+         link_fd: int | None = None) -> None:
     config_frame = FrameReader(command_fd, b"").receive(time.monotonic() + _FOREVER)
     config = WorkerConfig.from_dict(config_frame.meta)
     key = bytes.fromhex(config.key_hex)
@@ -664,6 +665,8 @@ def main(result_fd: int, command_fd: int, area_fd: int | None = None) -> None:
     if area_fd is not None:  # the frames' tensors go through shared memory (area.py)
         outbox, inbox = Area(area_fd, TO_DRIVER), Area(area_fd, TO_WORKER, pin_reads=True)
     link = Link(FrameWriter(result_fd, key, outbox), FrameReader(command_fd, key, area=inbox))
+    if link_fd is not None:  # the driver's arenas of device memory arrive here (vmm.py)
+        handover.use_arenas(vmm.FdMapped(vmm.adopt(link_fd), torch.device(config.device)))
     worker = Worker(config, link)
     startup.mark("config")
     try:
@@ -681,4 +684,4 @@ if __name__ == "__main__":
     # so the code that runs must be the code they watch.
     from solforge.harness import worker as _watched
 
-    _watched.main(*map(int, sys.argv[1:4]))
+    _watched.main(*map(int, sys.argv[1:5]))
