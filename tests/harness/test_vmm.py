@@ -25,17 +25,18 @@ CPU = torch.device("cpu")
 
 
 @pytest.fixture
-def links():
+def ends():
+    """The driver's arenas and the worker's mappings of them, over one socket pair."""
     driver, worker = vmm.socket_pair()
-    yield driver, worker
+    shared = vmm.FdShared(CPU, driver)
+    yield shared, vmm.FdMapped(worker, CPU, timeout_s=5)
+    shared.close()
     driver.close()
     worker.close()
 
 
-def test_shared_inputs_keep_their_values_and_strides_and_slots_carry_outputs_back(links):
-    driver_link, worker_link = links
-    shared = vmm.FdShared(CPU, driver_link)
-    mapped = vmm.FdMapped(worker_link, CPU, timeout_s=5)
+def test_shared_inputs_keep_their_values_and_strides_and_slots_carry_outputs_back(ends):
+    shared, mapped = ends
     strided = torch.randn(300, 7)[:, 2:]  # a view with an offset and a row stride of 7
     expanded = torch.randn(3, 1).expand(3, 4)  # elements sharing memory: copied contiguous
     values, described = shared.share([strided, 1e-5, torch.arange(5, dtype=torch.int32),
@@ -50,13 +51,10 @@ def test_shared_inputs_keep_their_values_and_strides_and_slots_carry_outputs_bac
     mapped.view(slot_described[0]).fill_(2.5)  # the worker writes its output in place
     assert torch.equal(handover.taken([0, 7], slots)[0], torch.full((4, 3), 2.5,
                                                                   dtype=torch.float16))
-    shared.close()
 
 
-def test_a_role_that_outgrows_its_arena_gets_a_new_one_and_the_worker_drops_the_old(links):
-    driver_link, worker_link = links
-    shared = vmm.FdShared(CPU, driver_link)
-    mapped = vmm.FdMapped(worker_link, CPU, timeout_s=5)
+def test_a_role_that_outgrows_its_arena_gets_a_new_one_and_the_worker_drops_the_old(ends):
+    shared, mapped = ends
     _, small = shared.share([torch.ones(16)])
     assert torch.equal(mapped.view(small[0]), torch.ones(16))
     first = small[0]["arena"]
@@ -66,22 +64,19 @@ def test_a_role_that_outgrows_its_arena_gets_a_new_one_and_the_worker_drops_the_
     assert first not in mapped.arenas and set(mapped.roles) == {"inputs"}
     _, again = shared.share([torch.zeros(8)])  # fits: the same arena, overwritten
     assert again[0]["arena"] == large[0]["arena"]
-    shared.close()
 
 
-def test_a_description_past_its_arena_or_of_an_unknown_dtype_is_refused(links):
-    driver_link, worker_link = links
-    shared = vmm.FdShared(CPU, driver_link)
-    mapped = vmm.FdMapped(worker_link, CPU, timeout_s=5)
+def test_a_description_past_its_arena_or_of_an_unknown_dtype_is_refused(ends):
+    shared, mapped = ends
     _, described = shared.share([torch.ones(16)])
     size = mapped.view(described[0]) is not None and mapped.arenas[described[0]["arena"]].size
     with pytest.raises(ValueError, match="past the end"):
         mapped.view({**described[0], "shape": [size], "stride": [1]})
     with pytest.raises(ValueError, match="not a shared tensor"):
         mapped.view({**described[0], "dtype": "object"})
+    mapped.timeout_s = 0.2
     with pytest.raises(TimeoutError):  # an arena the driver never sent
-        vmm.FdMapped(worker_link, CPU, timeout_s=0.2).view({**described[0], "arena": 99})
-    shared.close()
+        mapped.view({**described[0], "arena": 99})
 
 
 _WORKER = """
