@@ -93,8 +93,8 @@ class Judge:
         # A reference role's worker (a baseline: our own code, no candidate in it) is sent each
         # call's seed and makes the inputs itself where it can make them bit for bit
         # (reproducible_inputs, or a custom generator the oracle found repeatable), so no copy
-        # of them crosses to it. A candidate's worker is
-        # never told a seed: it could compute ahead of the call.
+        # of them crosses to it. A candidate's worker is never told a seed: it could compute
+        # ahead of the call.
         self.seeds_to_worker = seeds_to_worker
         self.seed_only: bool | None = None
         self.shared: SharedInputs | vmm.FdShared | None = None
@@ -174,8 +174,9 @@ class Judge:
         self.shared = None
 
     def _probe(self) -> None:
-        """Once per worker on a GPU: hand inputs and outputs over through CUDA IPC if the worker
-        can map a shared tensor and write into a slot, else as bytes."""
+        """Once per worker on a GPU: hand inputs and outputs over through device memory (CUDA
+        IPC, or across the sandbox's uid arenas shared by descriptor) if the worker can map a
+        shared tensor and write into a slot, else as bytes."""
         self.probed = True
         device = self.oracle.device
         name, kind = ("CUDA VMM", vmm.KIND) if self.across_uids else ("CUDA IPC", handover.KIND)
