@@ -72,6 +72,7 @@ def judge_problem(address: str, config: EvalConfig) -> dict[str, Any] | None:
     missing = missing_library(baseline.solution)
     if missing is not None and config.device == "cuda":  # the CPU run records why instead
         raise LibraryMissing(missing)
+    log(f"{address}: judging")  # a call cut short still says where its time went
     library = per_workload(evaluate(problem, baseline.solution, config))
     record: dict[str, Any] = {"problem": address, "library": baseline.name,
                               "package": baseline.library, "workloads": library, "shipped": {}}
@@ -122,8 +123,6 @@ def main(argv: list[str] | None = None) -> int:
                 "goes on from here")
             break
         started = time.monotonic()
-        if has_library(address):  # a call cut short still says where its time went
-            log(f"{address}: judging ({time.monotonic() - began:.0f} s into the call)")
         try:
             record = judge_problem(address, config)
         except LibraryMissing as exc:

@@ -94,6 +94,7 @@ def test_library_script_cpu_mode_records_why_a_library_cannot_run(tmp_path):
                            "--device", "cpu", "-o", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "l1/gemm_llama3_1_8b_qkv: judging" in done.stdout + done.stderr  # before it ends
     (record,) = json.loads(out.read_text())["problems"]  # softmax maps to no library
     assert record["problem"] == "l1/gemm_llama3_1_8b_qkv" and record["library"] == "cublaslt"
     (result,) = record["workloads"].values()

@@ -51,6 +51,16 @@ def pinned_size(current: int, needed: int, limit: int) -> int:
     return min(limit, -(-grown // PIN_STEP) * PIN_STEP)
 
 
+def aligned(sizes: list[int]) -> tuple[list[int], int]:
+    """Offsets for blocks of these byte sizes laid one after another, each ALIGN-aligned, and
+    the end of the last."""
+    offsets, end = [], 0
+    for size in sizes:
+        offsets.append(end)
+        end += -(-size // ALIGN) * ALIGN
+    return offsets, end
+
+
 def create() -> int:
     """A new shared-memory file for one worker (the driver keeps the descriptor)."""
     fd = os.memfd_create("solforge-frames", os.MFD_CLOEXEC)
@@ -74,10 +84,7 @@ class Area:
 
     def layout(self, sizes: list[int]) -> list[int] | None:
         """Offsets for tensors of these byte sizes, one after another; None if they do not fit."""
-        offsets, end = [], 0
-        for size in sizes:
-            offsets.append(end)
-            end += -(-size // ALIGN) * ALIGN
+        offsets, end = aligned(sizes)
         return offsets if end <= self.size else None
 
     def write(self, offset: int, tensor: torch.Tensor) -> None:

@@ -34,10 +34,10 @@ from typing import Any, Protocol
 
 import torch
 
+from solforge.harness.area import aligned
 from solforge.harness.channel import TENSOR_DTYPES
 
 KIND = "cuda_vmm"
-ALIGN = 256  # each tensor's first byte
 _POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 _PINNED = 1  # CU_MEM_ALLOCATION_TYPE_PINNED
 _ON_DEVICE = 1  # CU_MEM_LOCATION_TYPE_DEVICE
@@ -237,8 +237,8 @@ class FdShared:
         tensors = [v for v in values if self._ours(v)]
         if not tensors:
             return list(values), [None] * len(values)
-        offsets = _layout([span_bytes(t) for t in tensors])
-        ident, flat = self._room("inputs", offsets[-1])
+        offsets, end = aligned([span_bytes(t) for t in tensors])
+        ident, flat = self._room("inputs", end)
         plain: list[Any] = []
         described: list[dict[str, Any] | None] = []
         place = iter(offsets)
@@ -269,8 +269,8 @@ class FdShared:
                  for layout in layouts]
         if not any(sizes):
             return [None] * len(layouts), [None] * len(layouts)
-        offsets = _layout(sizes)
-        ident, flat = self._room("slots", offsets[-1])
+        offsets, end = aligned(sizes)
+        ident, flat = self._room("slots", end)
         slots: list[torch.Tensor | None] = []
         described: list[dict[str, Any] | None] = []
         for layout, size, offset in zip(layouts, sizes, offsets):
@@ -320,15 +320,6 @@ def _without_overlap(tensor: torch.Tensor) -> torch.Tensor:
             return tensor.contiguous()
         reach = stride * size
     return tensor
-
-
-def _layout(sizes: list[int]) -> list[int]:
-    """Each tensor's offset, ALIGN-aligned, then the end: len(sizes) + 1 numbers."""
-    offsets, end = [], 0
-    for size in sizes:
-        offsets.append(end)
-        end += -(-size // ALIGN) * ALIGN
-    return [*offsets, end]
 
 
 def _itemsize(dtype: torch.dtype) -> int:
