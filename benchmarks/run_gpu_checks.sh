@@ -27,7 +27,9 @@
 #                        problems that map to one (benchmarks/library_baselines_gpu.py; goes
 #                        on from the committed benchmarks/results/h200-library-baselines.json;
 #                        LIBRARIES_AGAIN="TEXT ..." judges again the recorded problems whose
-#                        address contains a TEXT)
+#                        address contains a TEXT; a problem still running after
+#                        LIBRARY_LIMIT_S seconds, default 300, is stopped and recorded as
+#                        failed)
 #           phases       one evaluation's phase table, cold then warm (benchmarks/eval_phases.py)
 #           ipc          CUDA IPC between uids (benchmarks/cuda_ipc_probe.py; run as root)
 #
@@ -192,7 +194,8 @@ stage_libraries() {
     import_baselines
     # shellcheck disable=SC2086
     "$python" benchmarks/library_baselines_gpu.py -o "$out/library-baselines.json" \
-        --deadline-s "$deadline" ${LIBRARIES_AGAIN:+--again $LIBRARIES_AGAIN} 2>&1 \
+        --deadline-s "$deadline" --problem-limit-s "${LIBRARY_LIMIT_S:-300}" \
+        ${LIBRARIES_AGAIN:+--again $LIBRARIES_AGAIN} 2>&1 \
         | tee -a "$out/libraries.log"
     export_baselines
 }

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -91,7 +92,7 @@ def test_library_script_cpu_mode_records_why_a_library_cannot_run(tmp_path):
     out = tmp_path / "lib.json"
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "library_baselines_gpu.py"),
                            "l1/gemm_llama3_1_8b_qkv", "l1/softmax_llama3_1_8b_vocab",
-                           "--device", "cpu", "-o", str(out)],
+                           "--device", "cpu", "-o", str(out), "--problem-limit-s", "500"],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "l1/gemm_llama3_1_8b_qkv: judging" in done.stdout + done.stderr  # before it ends
@@ -262,3 +263,59 @@ def test_library_script_starts_no_problem_that_cannot_end_before_its_deadline(tm
     assert script.main([*problems, "-o", str(tmp_path / "lib.json"), "--device", "cpu",
                         "--deadline-s", "100"]) == 3
     assert judged == problems[:2]  # at 80 s, a third (40 s) would end past 100 s
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location(
+        "library_baselines_gpu", REPO / "benchmarks" / "library_baselines_gpu.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_a_problem_past_its_limit_is_stopped_with_its_processes():
+    """--problem-limit-s: the child judging the problem, and its process group, are gone when
+    the limit passes (cuDNN SDPA on a paged decode once took a whole H200 call)."""
+    script = _script()
+    began = time.monotonic()
+    with pytest.raises(script.ProblemTooLong, match=r"within 0\.5 s"):  # it is importing torch
+        script.judge_within("l1/gemm_llama3_1_8b_qkv", EvalConfig(device="cpu", smallest=1),
+                            0.5, "cpu")
+    assert time.monotonic() - began < 30
+    leftover = subprocess.run(["pgrep", "-f", "library_baselines_gpu.py --one"],
+                              capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""
+
+
+def test_a_problem_stopped_by_its_limit_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
+    """A problem past its limit is a recorded failure (kept in the file, skipped next time);
+    one stopped only because the call's deadline came first is left for the next call."""
+    script = _script()
+    now = [0.0]
+    monkeypatch.setattr(script.time, "monotonic", lambda: now[0])
+    limits = []
+
+    def judge(address, config, limit, device):
+        limits.append(limit)
+        if address.endswith("qwen3_32b"):
+            now[0] += limit
+            raise script.ProblemTooLong(f"did not finish within {limit:g} s")
+        now[0] += 10.0
+        return {"problem": address, "library": "x", "workloads": {"w": {"status": "PASSED"}}}
+
+    monkeypatch.setattr(script, "judge_within", judge)
+    out = tmp_path / "lib.json"
+    problems = ["l1/rmsnorm_qwen3_32b", "l1/rmsnorm_llama3_1_8b"]
+    script.main([*problems, "-o", str(out), "--device", "cpu", "--problem-limit-s", "60",
+                 "--deadline-s", "500"])
+    done = json.loads(out.read_text())
+    assert done["failed"] == {"l1/rmsnorm_qwen3_32b": "did not finish within 60 s"}
+    assert [r["problem"] for r in done["problems"]] == ["l1/rmsnorm_llama3_1_8b"]
+    assert limits == [60.0, 60.0]
+
+    now[0], limits[:] = 0.0, []  # a deadline nearer than the limit: no failure recorded
+    out.unlink()
+    script.main([*problems, "-o", str(out), "--device", "cpu", "--problem-limit-s", "60",
+                 "--deadline-s", "40"])
+    assert limits == [40.0]
+    assert not out.exists() or "l1/rmsnorm_qwen3_32b" not in json.loads(out.read_text())["failed"]
