@@ -1,12 +1,17 @@
 """Issue 6 on the H200: template search (`solforge optimize --proposer templates`) over L1 and
 L2 problems, within a deadline per call, resumable, and the goal numbers from what it found.
 
-    python benchmarks/forge_gpu.py OUTDIR [PROBLEM ...] [--count 24] [--budget 12]
-                                   [--deadline-s 540] [--device cuda|cpu] [--name h200]
+    python benchmarks/forge_gpu.py OUTDIR [PROBLEM ...] [--count 24] [--budget 32]
+                                   [--patience 8] [--deadline-s 540] [--device cuda|cpu]
+                                   [--name h200]
 
 Problems: those given, else the first --count bundled L1 and L2 problems that a template
-applies to, in suite order. Each is searched with --budget candidates into OUTDIR/forge.db (the
-archive; a rerun reuses every candidate already judged) and, once its search is done, its best
+applies to, in suite order. Each is searched with up to --budget candidates into
+OUTDIR/forge.db (the archive; a rerun reuses every candidate already judged), judged through the
+local runner as `solforge optimize` judges them (one slot, spare processes started ahead); a
+template's search ends once --patience candidates in a row have not raised the best fitness by
+more than 1% (the problem has converged when every template's search ended so, or ran out of
+settings, before the budget did: its record's `converged`). Once its search is done, its best
 elite is evaluated once more through the harness with T_b = the faster of eager and
 torch.compile, so every workload has both baselines' times. A problem starts only while the time
 left exceeds the longest search so far plus a margin; finished problems are listed in
@@ -44,7 +49,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from goals_file import goals_path, median_fraction_of_sol, merge_goals  # noqa: E402
-from script_common import fmt, log, recorded_environment  # noqa: E402
+from script_common import fmt, log, no_time_for, recorded_environment  # noqa: E402
 
 from solforge.data.solution import parse_solution  # noqa: E402
 from solforge.data.trace import Status, Trace  # noqa: E402
@@ -55,6 +60,7 @@ from solforge.forge.loop import OptimizeConfig, Optimizer  # noqa: E402
 from solforge.forge.templates import templates_for  # noqa: E402
 from solforge.harness.evaluate import EvalConfig, evaluate  # noqa: E402
 from solforge.problem.suite import bundled_problem_dirs, open_problem, tier_of  # noqa: E402
+from solforge.runners import open_runner  # noqa: E402
 from solforge.score import ScoreError, sol_score  # noqa: E402
 from solforge.storage import open_store  # noqa: E402
 
@@ -71,6 +77,7 @@ class Call:
     deadline_s: float
     device: str
     name: str
+    patience: int | None = None
 
     @property
     def progress(self) -> Path:
@@ -95,35 +102,36 @@ def search_until_deadline(call: Call, started: float) -> None:
     done = {json.loads(line)["problem"] for line in _lines(call.progress)}
     store = open_store(f"sqlite:///{call.out / 'forge.db'}")
     longest = 0.0
-    for number, address in enumerate(call.problems, start=1):
-        if address in done:
-            continue
-        left = call.deadline_s - (time.monotonic() - started)
-        if left < longest + MARGIN_S:
-            log(f"stopping before {address}: {left:.0f} s left, the longest search took "
-                 f"{longest:.0f} s; run the same command again to go on")
-            return
-        begun = time.monotonic()
-        record = search_problem(call, store, address)
-        longest = max(longest, time.monotonic() - begun)
-        with call.progress.open("a") as file:
-            file.write(json.dumps(record) + "\n")
-        log(f"[{number}/{len(call.problems)}] {address}: {record['judged']} judged in "
-             f"{record['search_seconds']:.0f} s, best {record['best']}")
+    with open_runner("local", call.device, 1) as runner:
+        for number, address in enumerate(call.problems, start=1):
+            if address in done:
+                continue
+            left = call.deadline_s - (time.monotonic() - started)
+            if no_time_for(address, left, longest, MARGIN_S):
+                return
+            begun = time.monotonic()
+            record = search_problem(call, store, address, runner)
+            longest = max(longest, time.monotonic() - begun)
+            with call.progress.open("a") as file:
+                file.write(json.dumps(record) + "\n")
+            log(f"[{number}/{len(call.problems)}] {address}: {record['judged']} judged in "
+                f"{record['search_seconds']:.0f} s"
+                f"{', converged' if record['converged'] else ''}, best {record['best']}")
 
 
-def search_problem(call: Call, store: Any, address: str) -> dict[str, Any]:
+def search_problem(call: Call, store: Any, address: str, runner: Any) -> dict[str, Any]:
     problem = open_problem(address)
     config = OptimizeConfig(budget=call.budget, device=call.device,
-                            baseline=resolve_run(call.device).baseline)
+                            baseline=resolve_run(call.device).baseline, patience=call.patience)
     begun = time.monotonic()
-    outcome = Optimizer(problem, store, config, lambda line: log(f"  {line}")).run()
+    outcome = Optimizer(problem, store, config, lambda line: log(f"  {line}"), runner=runner,
+                        address=address).run()
     seconds = time.monotonic() - begun
     statuses = Counter(c.status for c in archive.candidates(store, problem.name))
     elites = archive.elites(store, problem.name)
     record = {"problem": address, "judged": outcome.judged, "reused": outcome.reused,
-              "statuses": dict(statuses), "search_seconds": round(seconds, 1),
-              "cells": [elite.cell for elite in elites],
+              "converged": outcome.converged, "statuses": dict(statuses),
+              "search_seconds": round(seconds, 1), "cells": [elite.cell for elite in elites],
               "best": None}
     if outcome.best is not None:
         best_config = EvalConfig(device=call.device, baseline=config.baseline,
@@ -177,6 +185,7 @@ def goal(records: list[dict[str, Any]]) -> dict[str, Any]:
              if b.get("speedup_over_compile") is not None]
     share = sum(beats) / len(records) if records else None
     numbers = {"problems": len(records), "with_a_correct_kernel": len(bests),
+               "converged": sum(bool(r.get("converged")) for r in records),
                "fraction_of_sol": median("fraction_of_sol"), "s_vs_eager": median("s_vs_eager"),
                "s_vs_best": median("s_vs_best"), "beats_compile_share": share}
     met = {key: numbers[key] is not None and numbers[key] >= target
@@ -196,6 +205,7 @@ def write_summary(call: Call) -> dict[str, Any]:
                "date": datetime.date.today().isoformat(),
                "environment": recorded_environment(call.device),
                "device": call.device, "budget_per_problem": call.budget,
+               "patience": call.patience,
                "goal": goal(records), "problems": records}
     (call.out / f"{call.name}-forge.json").write_text(json.dumps(summary, indent=1) + "\n")
     (call.out / f"{call.name}-forge.md").write_text(markdown(summary))
@@ -218,17 +228,22 @@ def markdown(summary: dict[str, Any]) -> str:
     env, result = summary["environment"], summary["goal"]
     lines = [f"# Template search per problem ({summary['date']})", "",
              f"{env['summary']}; device "
-             f"{summary['device']}; {summary['budget_per_problem']} candidates per problem; "
-             f"{result['gpu_minutes']} minutes of search (GPU-minutes on a GPU).", "",
+             f"{summary['device']}; up to {summary['budget_per_problem']} candidates per problem, "
+             f"a search ending after {summary.get('patience') or '-'} without a gain; "
+             f"{result['gpu_minutes']} minutes of search (GPU-minutes on a GPU); "
+             f"{result['numbers'].get('converged', 0)} of {result['numbers']['problems']} "
+             "problems converged.", "",
              "| goal | measured | target | met |", "|---|---|---|---|"]
     for key, target in result["targets"].items():
         lines.append(f"| {key} | {fmt(result['numbers'][key])} | {target} | "
                      f"{'yes' if result['met'][key] else 'no'} |")
-    lines += ["", "| problem | judged | best cell | S vs best | S vs eager | T_SOL/T_k | "
-              "vs compile | bound |", "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| problem | judged | converged | best cell | S vs best | S vs eager | "
+              "T_SOL/T_k | vs compile | bound |", "|---|---|---|---|---|---|---|---|---|"]
     for record in summary["problems"]:
         best = record["best"] or {}
-        lines.append(f"| {record['problem']} | {record['judged']} | {best.get('cell', '-')} | "
+        converged = "yes" if record.get("converged") else "no"
+        lines.append(f"| {record['problem']} | {record['judged']} | {converged} | "
+                     f"{best.get('cell', '-')} | "
                      f"{fmt(best.get('s_vs_best'))} | {fmt(best.get('s_vs_eager'))} | "
                      f"{fmt(best.get('fraction_of_sol'))} | "
                      f"{fmt(best.get('speedup_over_compile'))} | "
@@ -262,7 +277,9 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("problems", nargs="*")
     parser.add_argument("--count", type=int, default=24, help="problems when none are given")
-    parser.add_argument("--budget", type=int, default=12)
+    parser.add_argument("--budget", type=int, default=32)
+    parser.add_argument("--patience", type=int, default=8,
+                        help="candidates without a gain that end a search (0: none)")
     parser.add_argument("--deadline-s", type=float, default=540.0)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--name", default=None, help="files' prefix (default: h200, or cpu)")
@@ -273,7 +290,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     name = args.name or ("h200" if args.device == "cuda" else "cpu")
     call = Call(args.out.resolve(), args.problems or default_problems(args.count), args.budget,
-                args.deadline_s, args.device, name)
+                args.deadline_s, args.device, name, args.patience or None)
     search_until_deadline(call, started)
     summary = write_summary(call)
     log(f"goal: {summary['goal']['numbers']} met: {summary['goal']['met']}")

@@ -26,5 +26,15 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
+def no_time_for(what: str, left_s: float, longest_s: float, margin_s: float) -> bool:
+    """Whether the next piece of work may not end in time (the time left under the longest
+    piece so far plus a margin); says so, for the next call to go on from there."""
+    if left_s >= longest_s + margin_s:
+        return False
+    log(f"stopping before {what}: {left_s:.0f} s left, the longest so far took "
+        f"{longest_s:.0f} s; run the same command again to go on")
+    return True
+
+
 def fmt(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}g}"

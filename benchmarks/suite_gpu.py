@@ -5,10 +5,12 @@ resumable across calls, then the recorded tables and the HTML report.
                                    [--name h200] [--launch-floor FILE] [--chunk N]
 
 TARGETs are what `solforge bench` takes (default: `all`). Problems are benched --chunk at a
-time (4 on a GPU), in suite order, into OUTDIR/suite.db; a chunk starts only while the time
-left exceeds the longest chunk so far plus a margin, so a call ends before the device tool's
-limit. The store skips what an earlier call measured, so the same command, repeated, finishes
-the suite. Then, from everything the store holds:
+time (on a GPU all of them in one `bench` run), in suite order, into OUTDIR/suite.db. Each run
+gets the time left less a margin as its deadline: it starts no unit that could not end before
+it, by the longest unit so far, and leaves the rest for the next call; a chunk starts only while
+the time left exceeds the longest chunk so far plus the margin. So a call ends before the device
+tool's limit, losing no unit in the middle. The store skips what an earlier call measured, so
+the same command, repeated, finishes the suite. Then, from everything the store holds:
 
     OUTDIR/NAME-suite.json   environment; per problem T_SOL, eager and torch.compile (medians
                              over the workloads, ms), every shipped solution (workloads passed,
@@ -36,7 +38,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +49,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from goals_file import goals_path, median_fraction_of_sol, merge_goals  # noqa: E402
-from script_common import fmt, log, recorded_environment  # noqa: E402
+from script_common import fmt, log, no_time_for, recorded_environment  # noqa: E402
 
 from solforge.bench.plan import find_solutions, plan_problems, solution_folders  # noqa: E402
 from solforge.bench.results import Measured, ProblemResults, read_results  # noqa: E402
@@ -80,14 +82,14 @@ class Call:
     device: str
     name: str  # the files' prefix
     floor_ms: float | None = None  # the launch floor; None on the CPU
-    chunk: int = 1  # problems per `solforge bench` run
+    chunk: int = 1  # problems per `solforge bench` run; 0: all in one
 
 
 def bench_until_deadline(call: Call, started: float) -> list[BenchOutcome]:
-    """Bench the planned problems a few at a time while the time left allows the next few:
+    """Bench the planned problems --chunk at a time while the time left allows the next chunk:
     one `solforge bench` run over several problems overlaps one problem's worker starts and
     compiles with another's timing (the throughput sample: 4 problems at about 37 s each,
-    cold), and a call cut short loses only the units in flight."""
+    cold), and its deadline keeps it from starting a unit it could not finish."""
     store = open_store(f"sqlite:///{call.out / 'suite.db'}")
     found = find_solutions(solution_folders([], bundled=True))
     problems = plan_problems(call.targets, found, call.device)
@@ -95,22 +97,22 @@ def bench_until_deadline(call: Call, started: float) -> list[BenchOutcome]:
                          command=f"benchmarks/suite_gpu.py {' '.join(call.targets)}")
     outcomes: list[BenchOutcome] = []
     longest = 0.0
-    for first in range(0, len(problems), call.chunk):
-        chunk = problems[first:first + call.chunk]
+    size = call.chunk or max(1, len(problems))
+    for first in range(0, len(problems), size):
+        chunk = problems[first:first + size]
         addresses = ", ".join(p.address for p in chunk)
         left = call.deadline_s - (time.monotonic() - started)
-        if left < longest + MARGIN_S:
-            log(f"stopping before {addresses}: {left:.0f} s left, the longest run took "
-                f"{longest:.0f} s; run the same command again to go on")
+        if no_time_for(addresses, left, longest, MARGIN_S):
             break
         begun = time.monotonic()
-        outcome = run_bench(chunk, store, config)
+        outcome = run_bench(chunk, store, replace(config, deadline_s=max(1.0, left - MARGIN_S)))
         longest = max(longest, time.monotonic() - begun)
         outcomes.append(outcome)
         numbers = (f"{first + 1}" if len(chunk) == 1
                    else f"{first + 1}-{first + len(chunk)}")
         log(f"[{numbers}/{len(problems)}] {addresses}: {outcome.measured} measured, "
             f"{outcome.skipped} already stored, {time.monotonic() - begun:.1f} s"
+            + (f"; {outcome.left} units left for the next call" if outcome.left else "")
             + "".join(f"\n    could not run: {failure}" for failure in outcome.failures))
     return outcomes
 
@@ -276,7 +278,7 @@ def main() -> None:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--name", default=None, help="files' prefix (default: h200, or cpu)")
     parser.add_argument("--chunk", type=int, default=None,
-                        help="problems per bench run (default: 4 on a GPU, 1 on the CPU)")
+                        help="problems per bench run (default: all on a GPU, 1 on the CPU)")
     parser.add_argument("--launch-floor", type=Path, default=None,
                         help="launch_floor.py's file (default: the newest recorded H200 one)")
     args = parser.parse_args()
@@ -289,7 +291,7 @@ def main() -> None:
         sys.exit(f"--chunk {args.chunk}: give at least 1 problem per run")
     call = Call(args.out.resolve(), args.targets, args.deadline_s, args.device, name,
                 floor_ms(args.launch_floor) if args.device == "cuda" else None,
-                args.chunk or (4 if args.device == "cuda" else 1))
+                args.chunk or (0 if args.device == "cuda" else 1))
     outcomes = bench_until_deadline(call, started)
     summary = write_tables(call, outcomes)
     if summary["problems"]:

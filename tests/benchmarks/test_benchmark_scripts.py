@@ -62,6 +62,7 @@ def test_forge_script_searches_records_resumes_and_reports_the_goal(tmp_path):
     summary = json.loads((tmp_path / "cpu-forge.json").read_text())
     (record,) = summary["problems"]
     assert record["judged"] == 2 and sum(record["statuses"].values()) == 2
+    assert record["converged"] is False  # the budget of 2 ended the search, not a stall
     best = record["best"]
     assert best["passed"] == best["workloads"] == 1 and best["binding_bound"] == "memory"
     assert best["fraction_of_sol"] is None and best["s_vs_eager"] is None  # CPU: not priced

@@ -500,7 +500,8 @@ def test_optimize_exits_1_when_no_candidate_is_correct(tmp_path, monkeypatch, ca
             pass
 
         def run(self):
-            return SimpleNamespace(judged=3, reused=0, hacks=1, elites=[], best=None)
+            return SimpleNamespace(judged=3, reused=0, hacks=1, elites=[], best=None,
+                                   converged=False)
 
     @contextmanager
     def one_slot(*args):

@@ -104,3 +104,51 @@ def test_cli_optimize_writes_the_best_and_shows_the_archive(tmp_path):
                             "--db", db], **common)
     assert shown.returncode == 0, shown.stderr
     assert "memory \\ compute" in shown.stdout and "elites, best first" in shown.stdout
+
+
+def _scripted(monkeypatch, fitnesses: list[float]) -> list[float]:
+    """Judging replaced by a script of fitnesses, one per candidate (every one PASSED, in one
+    cell): what the patience rule sees, without running a kernel."""
+    from solforge.forge import llm, loop
+    from solforge.forge.fitness import SOL_SCORE, Verdict
+
+    given: list[float] = []
+
+    def judged_one(*args) -> list[int]:  # a candidate's "traces": its number
+        given.append(fitnesses[len(given)])
+        return [len(given) - 1]
+
+    def judged(traces):  # read for the archive, and again for the search
+        return Verdict("PASSED", given[traces[0]], SOL_SCORE, 1.0, None)
+
+    monkeypatch.setattr(loop, "evaluate", judged_one)
+    monkeypatch.setattr(loop, "verdict", judged)
+    monkeypatch.setattr(llm, "attempt_from_traces", lambda solution, traces: None)
+    monkeypatch.setattr(Optimizer, "_describe",
+                        lambda self, solution: ({}, "dram/simt/rows/small"))
+    return given
+
+
+def test_a_search_ends_after_patience_candidates_without_a_gain(tmp_path, monkeypatch):
+    """--patience 3: two gains, then three candidates within 1% of the best end the search,
+    well inside its budget, and the run says it converged; the budget cutting it short first
+    is no convergence."""
+    fitnesses = [0.50, 0.60, 0.603, 0.605, 0.604, 0.9, 0.9, 0.9]
+    given = _scripted(monkeypatch, fitnesses)
+    problem = load_problem(PROBLEM)
+    store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
+    outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=20, patience=3),
+                        quiet).run()
+    assert given == fitnesses[:5] and outcome.judged == 5
+    assert outcome.converged and outcome.best.fitness == pytest.approx(0.605)
+
+    given.clear()
+    store = Store(f"sqlite:///{tmp_path / 'other.db'}")
+    outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=4, patience=3),
+                        quiet).run()
+    assert outcome.judged == 4 and not outcome.converged
+
+
+def test_patience_must_be_positive():
+    with pytest.raises(OptimizeError, match="patience 0"):
+        OptimizeConfig(budget=2, patience=0)

@@ -29,7 +29,7 @@ from solforge.data.trace import Status
 from solforge.errors import SolforgeError
 from solforge.harness.evaluate import EvalConfig
 from solforge.harness.session import Limits
-from solforge.runners import EvalTask, TaskResult, local, open_runner
+from solforge.runners import EvalTask, TaskResult, base, local, open_runner
 from solforge.runners.prebuilt import Prebuilt, beside_library, build_unit, install
 from solforge.runners.unit import execute
 from solforge.store.schema import TraceRow
@@ -429,3 +429,70 @@ def test_cli_optimize_on_a_ray_cluster(tmp_path, ray_address, monkeypatch):
     assert "judged 2 candidates" in result.output
     best = json.loads((tmp_path / "best.json").read_text())
     assert best["definition"] == "rmsnorm_small"
+
+
+class _InstantRunner(base.TaskRunner):
+    """A runner whose units end at once, each taking `unit_s` on a clock the test moves."""
+
+    def __init__(self, clock: list[float], unit_s: float) -> None:
+        super().__init__(base.describe_machine("cpu"), 1, in_flight=1)
+        self.clock, self.unit_s, self.started = clock, unit_s, []
+
+    def _start(self, attempt) -> None:
+        self.started.append(attempt)
+
+    def _wait_any(self, timeout):
+        self.clock[0] += self.unit_s
+        return self.started.pop(0), base.Ended(base.Outcome(), slot="cpu:0",
+                                                seconds=self.unit_s)
+
+    def _stop_all(self) -> None:
+        self.started.clear()
+
+
+def test_a_runner_starts_no_unit_that_could_not_end_before_its_deadline(monkeypatch):
+    """The first unit starts (nothing is known of a unit's length yet); once it took 10 s,
+    a deadline 15 s from the start leaves no room for another: the two waiting are withdrawn,
+    never started, and nothing is left pending."""
+    clock = [100.0]
+    monkeypatch.setattr(base.time, "monotonic", lambda: clock[0])
+    runner = _InstantRunner(clock, unit_s=10.0)
+    runner.stop_starting_at(115.0)
+    tasks = [EvalTask(SMALL, _config(Path("unused")), baseline="eager", key=str(n))
+             for n in range(3)]
+    for task in tasks:
+        runner.submit(task)
+    assert runner.next_result().task.key == "0"
+    assert runner.pending == 0 and runner.next_result() is None
+    assert [task.key for task in runner.withdrawn] == ["1", "2"]
+
+    clock[0], roomy = 100.0, _InstantRunner(clock, unit_s=10.0)
+    roomy.stop_starting_at(125.0)  # 100-110 and 110-120 fit before it; 120-130 would not
+    for task in tasks:
+        roomy.submit(task)
+    assert [r.task.key for r in roomy.results()] == ["0", "1"]
+    assert [task.key for task in roomy.withdrawn] == ["2"]
+
+
+@pytest.mark.slow
+def test_bench_with_a_deadline_leaves_the_units_it_could_not_start(tmp_path, solutions):
+    """`bench --time`: a deadline already past starts no unit (the baseline, and the
+    solutions held behind it, are left, and the run says so); the next run does them all."""
+    store = open_store(f"sqlite:///{tmp_path / 'bench.db'}")
+    problems = plan_problems([SMALL], find_solutions([solutions]), "cpu")
+    late = BenchConfig(device="cpu", baseline="eager", limits=_driver_killable(),
+                       cache_dir=tmp_path / "cache", workers=1, deadline_s=1e-6)
+    outcome = run_bench(problems, store, late)
+    assert (outcome.measured, outcome.left) == (0, 3) and not outcome.failures
+    later = run_bench(problems, store, replace(late, deadline_s=None))
+    assert later.measured == 3 and later.left == 0
+
+
+@pytest.mark.slow
+def test_cli_bench_time_that_ran_out_says_so_and_exits_3(tmp_path, solutions):
+    result = CliRunner().invoke(app, ["bench", SMALL, "--solutions", str(solutions),
+                                      "--device", "cpu", "--time", "0.000001",
+                                      "--db", str(tmp_path / "bench.db")])
+    assert result.exit_code == 3, result.output
+    assert "--time ran out:" in result.output and "not started" in result.output  # a baseline
+    # already in this machine's baseline store is read, with no unit: 2 or 3 units are left

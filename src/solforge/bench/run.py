@@ -10,11 +10,14 @@ one per GPU or core, or a Ray cluster), several at once; a problem's solutions s
 baselines are measured, so their T_b comes from the baseline cache instead of being timed again.
 The parent saves each unit's traces as it completes, so Ctrl-C or a crash loses at most the
 units in flight (the run is then recorded as interrupted or failed), and a unit whose process
-dies is retried once, then saved as failed traces.
+dies is retried once, then saved as failed traces. With a deadline (`deadline_s`) no unit starts
+that could not end before it (the runner's rule); the units left are counted, and the next run
+does them, as it does whatever the store does not hold.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -57,6 +60,7 @@ class BenchConfig:
     ray_address: str | None = None  # auto or HOST:PORT; None: a Ray instance of its own
     command: str = "solforge bench"
     library: bool = False  # also time the library baseline that fits each problem
+    deadline_s: float | None = None  # from the run's start: start no unit that ends later
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNERS:
@@ -65,6 +69,8 @@ class BenchConfig:
         if self.baseline not in BASELINES:
             raise SolforgeError(f"--baseline {self.baseline}: unknown; choose from "
                                 f"{', '.join(BASELINES)}")
+        if self.deadline_s is not None and self.deadline_s <= 0:
+            raise SolforgeError(f"a deadline of {self.deadline_s:g} s leaves no time to bench")
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,7 @@ class BenchOutcome:
     interrupted: bool
     failures: tuple[str, ...]  # units or analyses that could not run, with the reason
     phases: dict[str, dict[str, float]] = field(default_factory=dict)  # the units', summed
+    left: int = 0  # units the deadline kept from starting (baselines and solutions)
 
 
 class Reporter(Protocol):
@@ -133,8 +140,11 @@ class SilentReporter:
 def run_bench(problems: list[BenchProblem], store: Store, config: BenchConfig,
               reporter: Reporter | None = None) -> BenchOutcome:
     report = reporter or SilentReporter()
+    began = time.monotonic()
     with open_runner(config.runner, config.device, config.workers,
                      config.ray_address) as runner:
+        if config.deadline_s is not None:
+            runner.stop_starting_at(began + config.deadline_s)
         return _run(problems, store, config, runner, report)
 
 
@@ -161,14 +171,14 @@ def _run(problems: list[BenchProblem], store: Store, config: BenchConfig, runner
                                 config.fresh, report)
             failures += dispatcher.collect(recorder.save, timeout=0)
         failures += dispatcher.collect(recorder.save)
-        status = "finished"
+        status = "finished" if not dispatcher.left() else "stopped at its deadline"
     except KeyboardInterrupt:
         status = "interrupted"
     finally:
         store.finish_run(run_id, status, recorder.clocks.seen())
     return BenchOutcome(run_id, device.type, machine.hardware, profile.name, tuple(stored),
                         recorder.measured, skipped, status == "interrupted", tuple(failures),
-                        merge(dispatcher.unit_phases))
+                        merge(dispatcher.unit_phases), dispatcher.left())
 
 
 @dataclass
@@ -332,6 +342,11 @@ class UnitScheduler:
                 if self.baselines_left[address] == 0:
                     self._release(address)
         return failures
+
+    def left(self) -> int:
+        """Units never started: withdrawn by the runner's deadline, or solutions held behind
+        a baseline it withdrew."""
+        return len(self.runner.withdrawn) + sum(len(units) for units in self.held.values())
 
     def _release(self, address: str) -> None:
         for unit in self.held.pop(address, []):

@@ -59,11 +59,14 @@ def bench_command(
                                       "(kept in each trace: T_lib and S against it)."),
     timeout: float = typer.Option(180.0, help="Seconds allowed per workload, and for the "
                                               "import of a solution."),
+    minutes: float = typer.Option(None, "--time", help="Start no unit after this many minutes "
+                                                       "(less the longest unit so far); the "
+                                                       "same command later does the rest."),
 ) -> None:
     """Measure T_SOL, the baselines and every solution; store the traces; print the scores.
 
     Exits 0 when every solution passed every workload, 1 when one did not (or a unit could not
-    run), 2 on bad input, 130 when interrupted."""
+    run), 2 on bad input, 3 when --time ran out with units left, 130 when interrupted."""
     import torch
 
     from solforge.bench.plan import CPU_MODE, find_solutions, plan_problems, solution_folders
@@ -79,7 +82,8 @@ def bench_command(
     config = BenchConfig(device=run.device, hardware=run.hardware, baseline=chosen,
                          fresh=fresh, limits=Limits(timeout, timeout), runner=runner,
                          workers=workers, ray_address=ray_address, library=library,
-                         command=shlex.join(["solforge", *sys.argv[1:]]))
+                         command=shlex.join(["solforge", *sys.argv[1:]]),
+                         deadline_s=None if minutes is None else 60 * minutes)
     found = find_solutions(solution_folders(solutions or [], bundled))
     for reason in found.skipped:
         console.print(f"[yellow]not a usable solution:[/] {escape(reason)}", highlight=False)
@@ -110,14 +114,21 @@ def bench_command(
     console.print(f"{plural(outcome.measured, 'trace')} measured, {outcome.skipped} already "
                   f"stored; run {outcome.run_id} in {store.url} (`solforge export -o FILE` "
                   f"writes them as JSONL)", highlight=False)
-    incomplete = incomplete_problems(results)
-    if incomplete or outcome.failures:
-        for line in failure_lines(store, outcome):
+    if outcome.left:
+        console.print(f"--time ran out: {plural(outcome.left, 'unit')} not started; run the "
+                      "same command again to go on", highlight=False)
+    # With units left, a workload without a trace is not a failure: only a failed trace is.
+    incomplete = [] if outcome.left else incomplete_problems(results)
+    failed = failure_lines(store, outcome) if incomplete or outcome.left else []
+    if incomplete or outcome.failures or failed:
+        for line in failed:
             console.print(line, highlight=False, markup=False, soft_wrap=True)
         console.print(f"not every workload passed: {', '.join(incomplete) or 'see above'} "
                       "(`solforge eval PROBLEM SOLUTION --verbose` prints a whole log)",
                       highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+    if outcome.left:
+        raise typer.Exit(3)
 
 
 def failure_lines(store, outcome, limit: int = MAX_FAILURES_SHOWN) -> list[str]:

@@ -43,6 +43,9 @@ def optimize(
     hardware: str = typer.Option(None, help="Profile for T_SOL (default: the GPU, or H200)."),
     output: Path = typer.Option(None, "-o", help="Where to write the best solution JSON."),
     seed: int = typer.Option(0, help="Seed of the parameter search."),
+    patience: int = typer.Option(None, help="End a search (a template's, or the model's) after "
+                                            "this many candidates in a row without a gain of "
+                                            "more than 1% in the best fitness (default: never)."),
     ncu: bool = typer.Option(True, "--ncu/--no-ncu", help="On a GPU with ncu on PATH, profile "
                                                           "the model's passing candidates and "
                                                           "show it the metrics."),
@@ -66,8 +69,8 @@ def optimize(
     llm = LLMConfig(base_url=llm_base_url, model=model) if llm_base_url and model else None
     config = OptimizeConfig(budget=budget if budget or minutes else 20, minutes=minutes,
                             proposer=proposer, llm=llm, device=run.device, hardware=run.hardware,
-                            baseline=run.baseline, seed=seed,
-                            ncu=ncu)
+                            baseline=run.baseline, seed=seed, ncu=ncu,
+                            patience=patience)
     if run.device_type == "cpu":
         console.print("CPU mode: candidates run in Triton's interpreter on the smallest "
                       "workload; fitness is the speedup over eager PyTorch (no SOL score)",
@@ -81,7 +84,8 @@ def optimize(
                             runner=task_runner, address=address).run()
     console.print(f"judged {plural(outcome.judged, 'candidate')} ({outcome.reused} already in "
                   f"the store, {plural(outcome.hacks, 'reward hack')}); "
-                  f"{plural(len(outcome.elites), 'archive cell')} filled", highlight=False)
+                  f"{plural(len(outcome.elites), 'archive cell')} filled"
+                  f"{'; converged' if outcome.converged else ''}", highlight=False)
     if outcome.best is None:
         console.print("no correct candidate yet", highlight=False)
         raise typer.Exit(1)

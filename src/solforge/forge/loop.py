@@ -7,10 +7,14 @@
     both       templates first, then the model builds on what they found.
 
 Every candidate is judged by the harness (the loop never times anything), described by the
-kernels it compiles to (descriptors.py), and stored (archive.py). With a runner
-(solforge.runners: local slots, one per GPU or core, or a Ray cluster) candidates are judged in
-batches of as many as it has slots, each in a fresh process of its own; without one they are
-judged here, one at a time (the harness still runs each in its own worker process).
+kernels it compiles to (descriptors.py), and stored (archive.py). With a `patience`, a search
+(one template's, or the model's) ends once that many candidates in a row have not raised the
+problem's best fitness by more than MIN_GAIN, and the run says whether every search ended
+that way or by exhausting its settings (converged) rather than by the budget or the time.
+With a runner (solforge.runners: local slots, one per GPU or core, or a Ray cluster)
+candidates are judged in batches of as many as it has slots, each in a fresh process of its
+own; without one they are judged here, one at a time (the harness still runs each in its own
+worker process).
 The GPU never waits on the CPU's share of the work: a batch holds `QUEUE_AHEAD` candidates more
 than the runner has slots (the runner queues them; its spare processes start the next unit the
 moment a slot frees), and each candidate's descriptor (its Triton kernels compiled for sm_90a,
@@ -34,7 +38,7 @@ from solforge.data.trace import Status, Trace
 from solforge.errors import SolforgeError
 from solforge.forge import archive
 from solforge.forge.fitness import Verdict, verdict
-from solforge.forge.search import search
+from solforge.forge.search import search, valid_space
 from solforge.forge.templates import templates_for
 from solforge.harness.evaluate import EvalConfig, evaluate
 from solforge.humanize import fitness
@@ -51,6 +55,8 @@ RECENT_ATTEMPTS = 8  # feedback the model sees
 PARENTS = 3  # elites of different cells shown to the model
 QUEUE_AHEAD = 3  # candidates queued on a runner beyond its slots, so a free slot never waits
 DESCRIBE_THREADS = 4  # descriptor captures (each a compile process) running beside the judging
+MIN_GAIN = 0.01  # a best fitness this much higher (relative) is progress: above the run-to-run
+# scatter of kernels of 20 us and more on the H200 (0.25%), below the 3% a run may differ by
 
 
 class OptimizeError(SolforgeError):
@@ -59,6 +65,10 @@ class OptimizeError(SolforgeError):
 
 class _Exhausted(Exception):
     """The budget or the time ran out in the middle of a search."""
+
+
+class _Stalled(Exception):
+    """`patience` candidates in a row brought no gain: this search has converged."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,7 @@ class OptimizeConfig:
     seed: int = 0
     cache_dir: Path | None = None
     ncu: bool = True  # on a GPU with ncu on PATH: Nsight Compute metrics in the LLM's feedback
+    patience: int | None = None  # candidates without a gain that end a search (None: never)
 
     def __post_init__(self) -> None:
         if self.proposer not in PROPOSERS:
@@ -82,6 +93,8 @@ class OptimizeConfig:
             raise OptimizeError("the llm proposer needs --llm-base-url and --model")
         if self.budget is None and self.minutes is None:
             raise OptimizeError("give a budget (--budget N) or a time (--time MIN)")
+        if self.patience is not None and self.patience < 1:
+            raise OptimizeError(f"--patience {self.patience}: at least one candidate")
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,7 @@ class SearchOutcome:
     hacks: int
     best: archive.Elite | None
     elites: list[archive.Elite]
+    converged: bool = False  # every search stalled (patience) or ran out of settings
 
 
 class Optimizer:
@@ -114,20 +128,32 @@ class Optimizer:
         self.deadline = (time.monotonic() + 60 * config.minutes) if config.minutes else None
         self.attempts: list = []
         self.best_fitness: float | None = _best_fitness(archive.elites(store, problem.name))
+        self.without_gain = 0  # candidates judged in this search since the best last rose
+        self.cut_short = False  # the budget or the time ended a search
 
     def run(self) -> SearchOutcome:
         try:
             if self.config.proposer in ("templates", "both"):
                 self._templates()
             if self.config.proposer in ("llm", "both"):
-                self._llm()
+                self._stalls_end(self._llm, "the model")
         except _Exhausted:
-            pass
+            self.cut_short = True
         finally:
             self._describing.shutdown(wait=True, cancel_futures=True)
         elites = archive.elites(self.store, self.problem.name)
         return SearchOutcome(self.judged, self.reused, self.hacks, elites[0] if elites else None,
-                             elites)
+                             elites, converged=self.config.patience is not None
+                             and not self.cut_short)
+
+    def _stalls_end(self, searching: Callable[[], None], what: str) -> None:
+        """Run one search; a stall (patience) ends it, and the run goes on to the next."""
+        self.without_gain = 0
+        try:
+            searching()
+        except _Stalled:
+            self.report(f"{what}: no gain above {MIN_GAIN:.0%} in the last "
+                        f"{self.config.patience} candidates; converged")
 
     # ---- proposers -------------------------------------------------------------------------
 
@@ -140,12 +166,17 @@ class Optimizer:
             share = self._remaining_budget(len(templates) - number)
             self.report(f"template {template.name}: searching up to {share} settings")
 
-            def objective(solutions: list[dict[str, Any]],
-                          template=template) -> list[float | None]:
-                judged = self.judge_batch(solutions, f"template:{template.name}")
-                return [one.fitness for one in judged]
+            def searching(template=template, share=share) -> None:
+                def objective(solutions: list[dict[str, Any]]) -> list[float | None]:
+                    judged = self.judge_batch(solutions, f"template:{template.name}")
+                    return [one.fitness for one in judged]
 
-            search(template, self.problem, objective, share, self.config.seed, self.parallel)
+                trials = search(template, self.problem, objective, share, self.config.seed,
+                                self.parallel)
+                if len(trials) < len(valid_space(template, self.problem)):
+                    self.cut_short = True  # its share of the budget ended it, not a stall
+
+            self._stalls_end(searching, f"template {template.name}")
 
     def _llm(self) -> None:
         from solforge.forge.llm import LLMProposer, Parent, attempt_from_proposal
@@ -240,6 +271,7 @@ class Optimizer:
 
         self.judged += 1
         judged = verdict(traces)
+        previous = self.best_fitness
         attempt = attempt_from_traces(solution, traces)
         if judged.fitness is not None and self._profiles(proposer):
             attempt = replace(attempt, profile=self._profile_feedback(solution))
@@ -265,6 +297,9 @@ class Optimizer:
             self._announce(record, judged)
         else:
             self.report(f"{record.name}: {judged.status}")
+        gained = judged.status != Status.REWARD_HACK.value and cell is not None and _gain(
+            judged.fitness, previous)
+        self.without_gain = 0 if gained else self.without_gain + 1
 
     def _profiles(self, proposer: str) -> bool:
         """Whether a passing candidate is profiled: only for the model's feedback, on a GPU."""
@@ -332,6 +367,8 @@ class Optimizer:
             raise _Exhausted
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise _Exhausted
+        if self.config.patience is not None and self.without_gain >= self.config.patience:
+            raise _Stalled
 
     def _budget_left(self) -> int:
         if self.config.budget is None:
@@ -344,3 +381,10 @@ class Optimizer:
 
 def _best_fitness(elites: list[archive.Elite]) -> float | None:
     return elites[0].fitness if elites else None
+
+
+def _gain(fitness: float | None, best: float | None) -> bool:
+    """Whether `fitness` beats the best so far by more than MIN_GAIN (any fitness beats none)."""
+    if fitness is None:
+        return False
+    return best is None or fitness > best + MIN_GAIN * abs(best)

@@ -11,6 +11,11 @@ more times; a unit lost on every attempt comes back as failure traces (RUNTIME_E
 reason), so the caller records it and never waits for it again. Results of the other units are
 unaffected: each comes back on its own, the moment it is done.
 
+A runner given a deadline (`stop_starting_at`) starts no unit that could not end before it (by
+the longest unit so far); the units still waiting then are withdrawn, never started, and left
+for a later run (a GPU call of limited length ends with the units it finished, not with one
+cut in the middle).
+
     with open_runner("local", "cpu", workers=2) as runner:
         for task in tasks:
             runner.submit(task)
@@ -21,6 +26,7 @@ unaffected: each comes back on its own, the moment it is done.
 from __future__ import annotations
 
 import datetime
+import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterator
@@ -164,6 +170,9 @@ class TaskRunner(ABC):
         self._in_flight_limit = in_flight  # None: hand everything to the backend at once
         self._waiting: deque[Attempt] = deque()
         self._running = 0
+        self.deadline: float | None = None  # time.monotonic(): start no unit that ends later
+        self.withdrawn: list[EvalTask] = []  # units the deadline kept from starting
+        self._longest_s = 0.0  # the longest unit so far: what a unit started now may take
 
     @property
     def pending(self) -> int:
@@ -191,6 +200,7 @@ class TaskRunner(ABC):
                 return None
             attempt, end = ended
             self._running -= 1
+            self._longest_s = max(self._longest_s, end.seconds)
             if end.outcome is None and attempt.number <= self.retries:
                 attempt.reasons.append(end.reason)
                 attempt.number += 1
@@ -200,6 +210,13 @@ class TaskRunner(ABC):
             self._fill()
             return self._result(attempt, end)
         return None
+
+    def stop_starting_at(self, deadline: float | None) -> None:
+        """Start no unit after `deadline` (a time.monotonic()) less the longest unit so far;
+        units waiting then are withdrawn (`withdrawn`). Units a backend already holds (a Ray
+        runner without a cap on units in flight) are not withdrawn."""
+        self.deadline = deadline
+        self._fill()
 
     def close(self) -> None:
         """Stop every unit still running; their results are not wanted any more."""
@@ -214,7 +231,12 @@ class TaskRunner(ABC):
         self.close()
 
     def _fill(self) -> None:
-        """Start waiting attempts, in order, skipping those not ready (`_ready`)."""
+        """Start waiting attempts, in order, skipping those not ready (`_ready`); withdraw
+        them all once a unit started now could not end before the deadline."""
+        if self.deadline is not None and time.monotonic() + self._longest_s > self.deadline:
+            self.withdrawn += [attempt.task for attempt in self._waiting]
+            self._waiting.clear()
+            return
         limit = self._in_flight_limit
         while self._waiting and (limit is None or self._running < limit):
             attempt = next((a for a in self._waiting if self._ready(a)), None)
