@@ -496,3 +496,16 @@ def test_cli_bench_time_that_ran_out_says_so_and_exits_3(tmp_path, solutions):
     assert result.exit_code == 3, result.output
     assert "--time ran out:" in result.output and "not started" in result.output  # a baseline
     # already in this machine's baseline store is read, with no unit: 2 or 3 units are left
+
+
+def test_a_unit_submitted_first_goes_ahead_of_those_waiting(monkeypatch):
+    """bench releases a problem's solutions ahead of the other problems' baselines, so each
+    problem ends before the next starts."""
+    clock = [0.0]
+    monkeypatch.setattr(base.time, "monotonic", lambda: clock[0])
+    runner = _InstantRunner(clock, unit_s=1.0)
+    config = _config(Path("unused"))
+    for key in ("a", "b"):
+        runner.submit(EvalTask(SMALL, config, baseline="eager", key=key))
+    runner.submit(EvalTask(SMALL, config, baseline="eager", key="c"), first=True)
+    assert [result.task.key for result in runner.results()] == ["a", "c", "b"]

@@ -7,7 +7,8 @@ costs seconds to start, so never one per workload) and covers only the workloads
 trace yet for its (solution, device, hardware) in the store: a rerun does what is left, and
 `fresh` re-measures everything. Units go through a runner (solforge.runners: local processes,
 one per GPU or core, or a Ray cluster), several at once; a problem's solutions start once its
-baselines are measured, so their T_b comes from the baseline cache instead of being timed again.
+baselines are measured, so their T_b comes from the baseline cache instead of being timed again,
+and ahead of the other problems' baselines, so problems end one after another.
 The parent saves each unit's traces as it completes, so Ctrl-C or a crash loses at most the
 units in flight (the run is then recorded as interrupted or failed), and a unit whose process
 dies is retried once, then saved as failed traces. With a deadline (`deadline_s`) no unit starts
@@ -319,7 +320,7 @@ class UnitScheduler:
                 self.baselines_left[address] = self.baselines_left.get(address, 0) + 1
                 self._submit(unit)
         for address in [a for a in self.held if not self.baselines_left.get(a)]:
-            self._release(address)
+            self._release(address, first=False)  # in the problems' order, behind nothing
 
     def collect(self, save: Callable[[Unit, Trace], None],
                 timeout: float | None = None) -> list[str]:
@@ -348,14 +349,18 @@ class UnitScheduler:
         a baseline it withdrew."""
         return len(self.runner.withdrawn) + sum(len(units) for units in self.held.values())
 
-    def _release(self, address: str) -> None:
-        for unit in self.held.pop(address, []):
-            self._submit(unit)
+    def _release(self, address: str, first: bool = True) -> None:
+        """A problem's solutions, once its baselines are in: ahead of the other problems'
+        baselines still waiting, so problems end one after another (a run stopped by its
+        deadline leaves whole problems done, not every problem's baselines)."""
+        units = self.held.pop(address, [])
+        for unit in reversed(units) if first else units:
+            self._submit(unit, first)
 
-    def _submit(self, unit: Unit) -> None:
+    def _submit(self, unit: Unit, first: bool = False) -> None:
         key = f"{unit.problem.address}:{unit.label}"  # one unit per role and problem
         self.in_flight[key] = unit
-        self.runner.submit(unit.task(self.config, key))
+        self.runner.submit(unit.task(self.config, key), first)
         self.report.working_on(f"{unit.problem.address}: {unit.label}: submitted")
 
 

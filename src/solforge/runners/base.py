@@ -179,9 +179,16 @@ class TaskRunner(ABC):
         """Units submitted whose result has not been handed back yet."""
         return len(self._waiting) + self._running
 
-    def submit(self, task: EvalTask) -> None:
-        self._waiting.append(Attempt(task))
+    def submit(self, task: EvalTask, first: bool = False) -> None:
+        """Queue a unit: behind those waiting, or ahead of them (`first`)."""
+        self._queue(Attempt(task), first)
         self._fill()
+
+    def _queue(self, attempt: Attempt, first: bool) -> None:
+        if first:
+            self._waiting.appendleft(attempt)
+        else:
+            self._waiting.append(attempt)
 
     def results(self) -> Iterator[TaskResult]:
         """Every pending result, in the order the units end; units submitted while iterating

@@ -151,13 +151,13 @@ class LocalRunner(TaskRunner):
         self._builds: dict[int, Future] = {}  # id(attempt) -> its build ahead
         self._refused: dict[int, tuple[Attempt, Ended]] = {}  # ended without a process
 
-    def submit(self, task: EvalTask) -> None:
+    def submit(self, task: EvalTask, first: bool = False) -> None:
         attempt = Attempt(task)
         if needs_build(task):
             future = self._compiler.submit(build_unit, task)
             future.add_done_callback(lambda _: self._ended.put(BUILT))
             self._builds[id(attempt)] = future
-        self._waiting.append(attempt)
+        self._queue(attempt, first)
         self._fill()
 
     def _ready(self, attempt: Attempt) -> bool:
