@@ -60,7 +60,7 @@ from solforge.forge.loop import OptimizeConfig, Optimizer  # noqa: E402
 from solforge.forge.templates import templates_for  # noqa: E402
 from solforge.harness.evaluate import EvalConfig, evaluate  # noqa: E402
 from solforge.problem.suite import bundled_problem_dirs, open_problem, tier_of  # noqa: E402
-from solforge.runners import open_runner  # noqa: E402
+from solforge.runners import TaskRunner, open_runner  # noqa: E402
 from solforge.score import ScoreError, sol_score  # noqa: E402
 from solforge.storage import open_store  # noqa: E402
 
@@ -119,7 +119,8 @@ def search_until_deadline(call: Call, started: float) -> None:
                 f"{', converged' if record['converged'] else ''}, best {record['best']}")
 
 
-def search_problem(call: Call, store: Any, address: str, runner: Any) -> dict[str, Any]:
+def search_problem(call: Call, store: Any, address: str,
+                   runner: TaskRunner) -> dict[str, Any]:
     problem = open_problem(address)
     config = OptimizeConfig(budget=call.budget, device=call.device,
                             baseline=resolve_run(call.device).baseline, patience=call.patience)

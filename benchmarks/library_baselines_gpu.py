@@ -101,15 +101,16 @@ def judge_problem(address: str, config: EvalConfig) -> dict[str, Any] | None:
     return record
 
 
-def judge_within(address: str, config: EvalConfig, limit_s: float | None,
-                 device: str) -> dict[str, Any] | None:
+def judge_within(address: str, config: EvalConfig,
+                 limit_s: float | None) -> dict[str, Any] | None:
     """judge_problem, in a child process stopped after `limit_s` seconds (in this one without a
     limit). Raises LibraryMissing as judge_problem does, ProblemTooLong when stopped."""
     if limit_s is None:
         return judge_problem(address, config)
     with tempfile.TemporaryDirectory() as folder:
         answer = Path(folder) / "answer.json"
-        argv = [sys.executable, __file__, "--one", address, str(answer), "--device", device]
+        argv = [sys.executable, __file__, "--one", address, str(answer), "--device",
+                config.device]
         if config.smallest:
             argv += ["--smallest", str(config.smallest)]
         child = subprocess.Popen(argv, start_new_session=True)  # its workers in its group
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         limit = _limit(args.problem_limit_s, args.deadline_s - (started - began))
         try:
-            record = judge_within(address, config, limit, args.device)
+            record = judge_within(address, config, limit)
         except LibraryMissing as exc:
             log(f"{address}: not measured, {exc}")
             skipped.add(address)

@@ -280,7 +280,7 @@ def test_a_problem_past_its_limit_is_stopped_with_its_processes():
     began = time.monotonic()
     with pytest.raises(script.ProblemTooLong, match=r"within 0\.5 s"):  # it is importing torch
         script.judge_within("l1/gemm_llama3_1_8b_qkv", EvalConfig(device="cpu", smallest=1),
-                            0.5, "cpu")
+                            0.5)
     assert time.monotonic() - began < 30
     leftover = subprocess.run(["pgrep", "-f", "library_baselines_gpu.py --one"],
                               capture_output=True, text=True)
@@ -295,7 +295,7 @@ def test_a_problem_stopped_by_its_limit_is_recorded_and_the_run_goes_on(tmp_path
     monkeypatch.setattr(script.time, "monotonic", lambda: now[0])
     limits = []
 
-    def judge(address, config, limit, device):
+    def judge(address, config, limit):
         limits.append(limit)
         if address.endswith("qwen3_32b"):
             now[0] += limit

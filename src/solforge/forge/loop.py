@@ -38,7 +38,7 @@ from solforge.data.trace import Status, Trace
 from solforge.errors import SolforgeError
 from solforge.forge import archive
 from solforge.forge.fitness import Verdict, verdict
-from solforge.forge.search import search, valid_space
+from solforge.forge.search import search
 from solforge.forge.templates import templates_for
 from solforge.harness.evaluate import EvalConfig, evaluate
 from solforge.humanize import fitness
@@ -173,8 +173,8 @@ class Optimizer:
 
                 trials = search(template, self.problem, objective, share, self.config.seed,
                                 self.parallel)
-                if len(trials) < len(valid_space(template, self.problem)):
-                    self.cut_short = True  # its share of the budget ended it, not a stall
+                if len(trials) >= share:  # its share of the budget ended it (or used it up
+                    self.cut_short = True  # exactly): not shown to have converged
 
             self._stalls_end(searching, f"template {template.name}")
 
@@ -297,8 +297,7 @@ class Optimizer:
             self._announce(record, judged)
         else:
             self.report(f"{record.name}: {judged.status}")
-        gained = judged.status != Status.REWARD_HACK.value and cell is not None and _gain(
-            judged.fitness, previous)
+        gained = cell is not None and _gain(judged.fitness, previous)  # an elite that rose
         self.without_gain = 0 if gained else self.without_gain + 1
 
     def _profiles(self, proposer: str) -> bool:
