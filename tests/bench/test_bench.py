@@ -4,14 +4,16 @@ scores, trace export and import, and its errors. Only the small fixture problem 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from harness_corpus import HONEST, PROBLEMS, short_limits
 from typer.testing import CliRunner
 
 from solforge.bench import BenchConfig, find_solutions, open_store, plan_problems, run_bench
+from solforge.bench import run as bench_run
 from solforge.bench.plan import BUNDLED_SOLUTIONS, CPU_MODE, default_folders, problem_folders
 from solforge.bench.results import Measured, ProblemResults, read_results
 from solforge.bench.run import SilentReporter
@@ -254,3 +256,41 @@ def test_cli_bench_rejects_bad_options_clearly(tmp_path):
         result = runner.invoke(app, ["bench", str(SMALL), option, value])
         assert isinstance(result.exception, SolforgeError), (option, result.exception)
         assert value in str(result.exception)
+
+
+@dataclass(frozen=True)
+class _QueuedUnit:
+    problem: SimpleNamespace
+    label: str
+    kind: str | None
+
+    def task(self, config: EvalConfig, key: str) -> str:
+        return key
+
+
+class _QueueRunner:
+    """Records what is submitted, in the order a FIFO runner would start it."""
+
+    def __init__(self) -> None:
+        self.queue: list[str] = []
+        self.withdrawn: list[str] = []
+
+    def submit(self, task: str, first: bool = False) -> None:
+        self.queue.insert(0, task) if first else self.queue.append(task)
+
+
+def test_a_problem_with_stored_baselines_queues_its_solutions_in_its_place(monkeypatch):
+    """A problem whose baselines an earlier call measured starts its solutions where its
+    baselines would have stood, not behind every other problem's baselines: a deadline would
+    otherwise stop each call before them."""
+    units = [_QueuedUnit(SimpleNamespace(address=address), label, kind)
+             for address in ("l1/a", "l1/b", "l1/c")
+             for label, kind in (("reference:eager", "eager"), (f"{address}:mine", None))]
+    stored = {"l1/b"}
+    monkeypatch.setattr(bench_run, "stored_baseline_traces",
+                        lambda unit, config: [] if unit.problem.address in stored else None)
+    runner = _QueueRunner()
+    scheduler = bench_run.UnitScheduler(runner, EvalConfig(device="cpu"), SilentReporter())
+    scheduler.start(units)
+    assert runner.queue == ["l1/a:reference:eager", "l1/b:l1/b:mine", "l1/c:reference:eager"]
+    assert scheduler.left() == 2  # l1/a's and l1/c's solutions wait for their baselines
