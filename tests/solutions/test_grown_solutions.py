@@ -61,8 +61,9 @@ GROWN = {
 }
 # A second workload (by size) where it reaches a launch shape the smallest does not.
 SECOND_SHAPE = {
-    "l1/gqa_decode_llama3_1_8b": 1,  # kv_len 1024: 16 splits and the merge kernel
+    "l1/gqa_decode_llama3_1_8b": 1,  # kv_len 1024: 16 splits, merged by the last to arrive
     "l1/sampling_argmax_llama3_1_8b": 1,  # 8 rows: chunks combined by the second kernel
+    "fib/gqa_paged_decode_llama3_1_8b_ps16": 1,  # batch 1 x 512 pages: 64 splits, merged
 }
 # About 20 s of CPU per interpreted kernel call: checked against the reference by the harness
 # alone.
@@ -182,3 +183,20 @@ def test_causal_prefill_walks_several_tiles_and_query_blocks(tmp_path):
         q.transpose(1, 2).float(), k.transpose(1, 2).float(), v.transpose(1, 2).float(),
         is_causal=True, enable_gqa=True).transpose(1, 2)
     torch.testing.assert_close(out.float(), expected, rtol=2e-2, atol=2e-2)
+
+
+def test_split_decode_merges_in_its_one_launch_call_after_call(tmp_path):
+    """The split that arrives last merges, and leaves its counter at zero: the next call, of
+    another size, merges again (a counter left over would merge early, or never)."""
+    kernel = _kernel("l1/gqa_decode_llama3_1_8b", tmp_path)
+    for batch, kv_len in ((2, 300), (1, 1024), (2, 300)):
+        q = torch.randn(batch, 32, 128).bfloat16()
+        k, v = (torch.randn(batch, kv_len, 8, 128).bfloat16() for _ in range(2))
+        out = torch.full_like(q, float("nan"))
+        assert kernel.split_plan(batch, 8, kv_len, kernel.DESIGN_SMS)[1] > 1
+        kernel.run(q, k, v, out)
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            q.float()[:, :, None], k.transpose(1, 2).float(), v.transpose(1, 2).float(),
+            enable_gqa=True)[:, :, 0]
+        torch.testing.assert_close(out.float(), expected, rtol=2e-2, atol=2e-2)
+        assert not kernel.arrival_counters(q.device, batch * 8).any()
