@@ -62,7 +62,7 @@ GROWN = {
 # A second workload (by size) where it reaches a launch shape the smallest does not.
 SECOND_SHAPE = {
     "l1/gqa_decode_llama3_1_8b": 1,  # kv_len 1024: 16 splits, merged by the last to arrive
-    "l1/sampling_argmax_llama3_1_8b": 1,  # 8 rows: chunks combined by the second kernel
+    "l1/sampling_argmax_llama3_1_8b": 1,  # 8 rows: chunks combined by the last to arrive
     "fib/gqa_paged_decode_llama3_1_8b_ps16": 1,  # batch 1 x 512 pages: 64 splits, merged
 }
 # About 20 s of CPU per interpreted kernel call: checked against the reference by the harness
@@ -200,3 +200,38 @@ def test_split_decode_merges_in_its_one_launch_call_after_call(tmp_path):
             enable_gqa=True)[:, :, 0]
         torch.testing.assert_close(out.float(), expected, rtol=2e-2, atol=2e-2)
         assert not kernel.arrival_counters(q.device, batch * 8).any()
+
+
+def test_chunked_argmax_combines_in_its_one_launch_call_after_call(tmp_path):
+    kernel = _kernel("l1/sampling_argmax_llama3_1_8b", tmp_path)
+    for rows in (3, 1, 3):
+        logits = torch.randn(rows, 20000).bfloat16()
+        token_ids = torch.full((rows,), -1, dtype=torch.int64)
+        kernel.run(logits, token_ids)
+        assert token_ids.tolist() == logits.float().argmax(dim=-1).tolist()
+        assert not kernel.arrival_counters(logits.device, rows).any()
+
+
+# The solutions that merge their splits in the launch that computed them, and a workload each
+# where they split.
+ONE_LAUNCH = {"l1/gqa_decode_llama3_1_8b": "c0b228c3",
+              "fib/gqa_paged_decode_llama3_1_8b_ps16": "ae47e16c",
+              "l1/sampling_argmax_llama3_1_8b": "886558c1"}
+
+
+def test_split_solutions_compile_for_the_h200_as_one_launch():
+    """Compiled for sm_90a here (Triton's own ptxas, no GPU): each split workload is one kernel
+    whose programs take their ticket with a GPU-scope acquire-release atomic."""
+    from solforge.forge.capture import CaptureJob, DescriptorError, capture_solutions
+
+    jobs = []
+    for address, prefix in ONE_LAUNCH.items():
+        problem = open_problem(address)
+        (workload,) = [w for w in problem.workloads if w.uuid.startswith(prefix)]
+        jobs.append(CaptureJob(load_solution(SOLUTIONS / address / GROWN[address]), problem,
+                               workload))
+    for address, outcome in zip(ONE_LAUNCH, capture_solutions(jobs, sass=False)):
+        assert not isinstance(outcome, DescriptorError), f"{address}: {outcome}"
+        (kernel,) = outcome
+        assert max(kernel.launch.grid[1:]) > 1, address  # it split
+        assert "atom.global.gpu.acq_rel.add" in kernel.ptx, address
