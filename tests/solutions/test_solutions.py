@@ -107,15 +107,6 @@ def test_softmax_whole_rows_loop_over_rows(tmp_path):
     torch.testing.assert_close(probs, expected, rtol=1e-4, atol=1e-12)
 
 
-def test_softmax_split_rows_find_their_statistics_in_one_launch(tmp_path):
-    kernel = _kernel_module("l1/softmax_llama3_1_8b_vocab", tmp_path)
-    logits = (3 * torch.randn(3, 40000)).bfloat16()
-    probs = torch.empty(3, 40000)
-    kernel.softmax_split_rows(logits, probs, 8)  # 3 chunks a row, the last one partial
-    expected = torch.softmax(logits, dim=-1, dtype=torch.float32)
-    torch.testing.assert_close(probs, expected, rtol=1e-4, atol=1e-12)
-
-
 @pytest.mark.parametrize(("chunk_len", "rows_per_program"), [(20000, 1), (8192, 1), (8192, 4)])
 def test_cross_entropy_chunks_and_row_tiles(tmp_path, chunk_len, rows_per_program):
     kernel = _kernel_module("l1/cross_entropy_llama3_1_8b", tmp_path)
