@@ -188,6 +188,15 @@ def test_split_rows_find_their_statistics_in_one_launch(tmp_path, address, split
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_erf_gelu_polynomial_is_within_a_float16_step_everywhere(tmp_path):
+    kernel = _kernel("l1/gelu_whisper_large_v3", tmp_path)
+    x = torch.linspace(-20, 20, 64 * 513).half().reshape(-1, 64)  # both tails, and zero
+    out = torch.empty_like(x)
+    kernel.run(x, out)
+    exact = 0.5 * x.double() * (1 + torch.erf(x.double() / 2**0.5))
+    torch.testing.assert_close(out.double(), exact, rtol=2**-10, atol=1e-6)
+
+
 def test_causal_prefill_walks_several_tiles_and_query_blocks(tmp_path):
     kernel = _kernel("l1/gqa_causal_prefill_llama3_1_8b", tmp_path)
     q = torch.randn(1, 200, 4, 128).bfloat16()  # 2 query blocks, up to 4 key tiles
