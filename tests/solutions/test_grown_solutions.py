@@ -61,6 +61,7 @@ GROWN = {
 }
 # Shipped before 2026-12-01, with their tests elsewhere; named here where a test below needs them.
 SHIPPED_BEFORE = {"l1/softmax_llama3_1_8b_vocab": "triton_online_softmax.json"}
+SOLUTION_FILES = GROWN | SHIPPED_BEFORE
 # A second workload (by size) where it reaches a launch shape the smallest does not.
 SECOND_SHAPE = {
     "l1/gqa_decode_llama3_1_8b": 1,  # kv_len 1024: 16 splits, merged by the last to arrive
@@ -108,7 +109,7 @@ def test_grown_solution_passes_every_workload_on_the_gpu(address, tmp_path):
 
 def _kernel(address: str, tmp_path: Path) -> ModuleType:
     """The solution's kernel.py as a module (Triton reads a kernel's source from its file)."""
-    solution = load_solution(SOLUTIONS / address / (GROWN | SHIPPED_BEFORE)[address])
+    solution = load_solution(SOLUTIONS / address / SOLUTION_FILES[address])
     assert solution.definition == open_problem(address).definition.name
     assert solution.languages == ("triton",) and solution.destination_passing_style
     assert "DRAM" in solution.description or "bytes" in solution.description
@@ -258,7 +259,7 @@ def test_split_solutions_compile_for_the_h200_as_one_launch():
     for address, prefix in ONE_LAUNCH.items():
         problem = open_problem(address)
         (workload,) = [w for w in problem.workloads if w.uuid.startswith(prefix)]
-        solution = load_solution(SOLUTIONS / address / (GROWN | SHIPPED_BEFORE)[address])
+        solution = load_solution(SOLUTIONS / address / SOLUTION_FILES[address])
         jobs.append(CaptureJob(solution, problem, workload))
     for address, outcome in zip(ONE_LAUNCH, capture_solutions(jobs, sass=False)):
         assert not isinstance(outcome, DescriptorError), f"{address}: {outcome}"
