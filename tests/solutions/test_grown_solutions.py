@@ -60,7 +60,8 @@ GROWN = {
     "fib/gqa_paged_decode_llama3_1_8b_ps16": "triton_paged_split_kv_decode.json",
 }
 # Shipped before 2026-12-01, with their tests elsewhere; named here where a test below needs them.
-SHIPPED_BEFORE = {"l1/softmax_llama3_1_8b_vocab": "triton_online_softmax.json"}
+SHIPPED_BEFORE = {"l1/softmax_llama3_1_8b_vocab": "triton_online_softmax.json",
+                  "l1/swiglu_llama3_1_8b": "triton_swiglu.json"}
 SOLUTION_FILES = GROWN | SHIPPED_BEFORE
 # A second workload (by size) where it reaches a launch shape the smallest does not.
 SECOND_SHAPE = {
@@ -165,6 +166,31 @@ def test_unary_activation_takes_strided_rows(tmp_path):
     out = torch.empty(4, 200, dtype=torch.bfloat16)
     kernel.run(x, out)
     torch.testing.assert_close(out, torch.nn.functional.silu(x), rtol=1e-2, atol=1e-2)
+
+
+def test_flat_activation_takes_its_large_block_too(tmp_path):
+    kernel = _kernel("l1/silu_mamba2_2_7b", tmp_path)
+    x = torch.randn(3, 5376).bfloat16()  # 16,128 elements: 4 programs of the large block
+    for small in (kernel.SMALL, 0):
+        kernel.SMALL = small  # 0: every size takes the 4096 block
+        out = torch.empty_like(x)
+        kernel.run(x, out)
+        torch.testing.assert_close(out, torch.nn.functional.silu(x), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("address", ["l1/swiglu_llama3_1_8b", "l1/swiglu_qwen3_32b",
+                                     "l1/swiglu_deepseek_v3_experts"])
+def test_swiglu_tiles_cover_every_row_and_column(tmp_path, address):
+    kernel = _kernel(address, tmp_path)
+    wide = torch.randn(3, 2 * 2500 + 7).bfloat16()
+    gate_up = wide[:, :5000]  # rows 5007 apart; 3 column blocks a row, the last partial
+    out = torch.full((3, 2500), float("nan"), dtype=torch.bfloat16)
+    kernel.run(gate_up, out)
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    expected = (torch.nn.functional.silu(gate).bfloat16().float() * up).bfloat16()
+    # Two roundings to bfloat16, each of which the interpreter may take a step apart from
+    # torch: a misplaced tile is off by the values' own size.
+    torch.testing.assert_close(out, expected, rtol=2**-6, atol=1e-3)
 
 
 def test_log_softmax_whole_rows_loop_over_rows(tmp_path):
