@@ -61,7 +61,8 @@ GROWN = {
 }
 # Shipped before 2026-12-01, with their tests elsewhere; named here where a test below needs them.
 SHIPPED_BEFORE = {"l1/softmax_llama3_1_8b_vocab": "triton_online_softmax.json",
-                  "l1/swiglu_llama3_1_8b": "triton_swiglu.json"}
+                  "l1/swiglu_llama3_1_8b": "triton_swiglu.json",
+                  "l1/layernorm_whisper_large_v3": "triton_layernorm.json"}
 SOLUTION_FILES = GROWN | SHIPPED_BEFORE
 # A second workload (by size) where it reaches a launch shape the smallest does not.
 SECOND_SHAPE = {
@@ -191,6 +192,43 @@ def test_swiglu_tiles_cover_every_row_and_column(tmp_path, address):
     # Two roundings to bfloat16, each of which the interpreter may take a step apart from
     # torch: a misplaced tile is off by the values' own size.
     torch.testing.assert_close(out, expected, rtol=2**-6, atol=1e-3)
+
+
+def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool) -> torch.Tensor:
+    normalized = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    if gemma:  # Gemma3RMSNorm: the scale 1 + weight in float32, one rounding
+        return (normalized * (1 + weight.float())).bfloat16()
+    return (normalized.bfloat16().float() * weight.float()).bfloat16()
+
+
+@pytest.mark.parametrize("address", ["l1/rmsnorm_gemma3_27b", "l1/rmsnorm_qwen3_32b"])
+def test_rmsnorm_takes_exact_pieces_or_one_masked_block(tmp_path, address):
+    kernel = _kernel(address, tmp_path)
+    assert kernel.pieces(5376) == (4096, 1024, 256) and kernel.pieces(5120) == (4096, 1024, 0)
+    assert kernel.pieces(1000) is None  # six powers of two: the masked block
+    for width in (4096 + 256 + 16, 1000):
+        wide = (3 * torch.randn(3, width + 24)).bfloat16()
+        x = wide[:, :width]  # strided rows
+        weight = torch.randn(width).bfloat16()
+        out = torch.full((3, width), float("nan"), dtype=torch.bfloat16)
+        kernel.run(x, weight, 1e-6, out)
+        expected = _rmsnorm(x, weight, 1e-6, gemma="gemma" in address)
+        torch.testing.assert_close(out, expected, rtol=2**-6, atol=2**-6)
+
+
+def test_layernorm_takes_four_rows_a_program_or_one(tmp_path):
+    kernel = _kernel("l1/layernorm_whisper_large_v3", tmp_path)
+    x = (2 * torch.randn(6, 1280) + 0.5).half()  # 6 rows: the second 4-row program half empty
+    weight, bias = torch.randn(1280).half(), torch.randn(1280).half()
+    expected = torch.nn.functional.layer_norm(x.float(), (1280,), weight.float(), bias.float(),
+                                              1e-5).half()
+    for few_rows in (kernel.FEW_ROWS, 0):  # 0: every size takes four rows a program
+        kernel.FEW_ROWS = few_rows
+        out = torch.full_like(x, float("nan"))
+        kernel.run(x, weight, bias, 1e-5, out)
+        torch.testing.assert_close(out, expected, rtol=2**-9, atol=2**-9)
+    with pytest.raises(ValueError, match="three powers of two"):
+        kernel.run(x[:, :1000], weight[:1000], bias[:1000], 1e-5, out[:, :1000])
 
 
 def test_log_softmax_whole_rows_loop_over_rows(tmp_path):
