@@ -231,12 +231,18 @@ def test_layernorm_takes_four_rows_a_program_or_one(tmp_path):
         kernel.run(x[:, :1000], weight[:1000], bias[:1000], 1e-5, out[:, :1000])
 
 
-def test_log_softmax_whole_rows_loop_over_rows(tmp_path):
-    kernel = _kernel("l1/log_softmax_qwen3_8b_vocab", tmp_path)
-    logits = (3 * torch.randn(5, 20000)).bfloat16()
-    out = torch.empty(5, 20000)
-    kernel.log_softmax_whole_rows(logits, out, 2)  # 4 programs for 5 rows: each loops over rows
-    expected = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+@pytest.mark.parametrize(("address", "whole_rows", "reference"), [
+    ("l1/log_softmax_qwen3_8b_vocab", "log_softmax_whole_rows", torch.log_softmax),
+    ("l1/log_softmax_gemma3_27b_vocab", "log_softmax_whole_rows", torch.log_softmax),
+    ("l1/softmax_llama3_1_8b_vocab", "softmax_whole_rows", torch.softmax)])
+def test_whole_rows_loop_over_rows_and_blocks(tmp_path, address, whole_rows, reference):
+    kernel = _kernel(address, tmp_path)
+    logits = (3 * torch.randn(5, 40000)).bfloat16()
+    logits[3, -1] = 30.0  # the row's maximum in its last, partial block
+    out = torch.empty(5, 40000)
+    # 2 SMs: 2 or 4 programs for 5 rows, each looping over rows and over 3-5 blocks a row
+    getattr(kernel, whole_rows)(logits, out, 2)
+    expected = reference(logits, dim=-1, dtype=torch.float32)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
 
 
