@@ -62,7 +62,8 @@ GROWN = {
 # Shipped before 2026-12-01, with their tests elsewhere; named here where a test below needs them.
 SHIPPED_BEFORE = {"l1/softmax_llama3_1_8b_vocab": "triton_online_softmax.json",
                   "l1/swiglu_llama3_1_8b": "triton_swiglu.json",
-                  "l1/layernorm_whisper_large_v3": "triton_layernorm.json"}
+                  "l1/layernorm_whisper_large_v3": "triton_layernorm.json",
+                  "l1/geglu_gemma3_27b": "triton_geglu.json"}
 SOLUTION_FILES = GROWN | SHIPPED_BEFORE
 # A second workload (by size) where it reaches a launch shape the smallest does not.
 SECOND_SHAPE = {
@@ -192,6 +193,17 @@ def test_swiglu_tiles_cover_every_row_and_column(tmp_path, address):
     # Two roundings to bfloat16, each of which the interpreter may take a step apart from
     # torch: a misplaced tile is off by the values' own size.
     torch.testing.assert_close(out, expected, rtol=2**-6, atol=1e-3)
+
+
+def test_geglu_tiles_cover_every_row_and_column(tmp_path):
+    kernel = _kernel("l1/geglu_gemma3_27b", tmp_path)
+    wide = torch.randn(3, 2 * 2500 + 7).bfloat16()
+    gate_up = wide[:, :5000]  # rows 5007 apart; 3 column blocks a row, the last partial
+    out = torch.full((3, 2500), float("nan"), dtype=torch.bfloat16)
+    kernel.run(gate_up, out)
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    gelu = torch.nn.functional.gelu(gate, approximate="tanh").bfloat16().float()
+    torch.testing.assert_close(out, (gelu * up).bfloat16(), rtol=2**-6, atol=1e-3)
 
 
 def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool) -> torch.Tensor:
