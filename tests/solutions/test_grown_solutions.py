@@ -63,7 +63,8 @@ GROWN = {
 SHIPPED_BEFORE = {"l1/softmax_llama3_1_8b_vocab": "triton_online_softmax.json",
                   "l1/swiglu_llama3_1_8b": "triton_swiglu.json",
                   "l1/layernorm_whisper_large_v3": "triton_layernorm.json",
-                  "l1/geglu_gemma3_27b": "triton_geglu.json"}
+                  "l1/geglu_gemma3_27b": "triton_geglu.json",
+                  "l1/cross_entropy_llama3_1_8b": "triton_cross_entropy.json"}
 SOLUTION_FILES = GROWN | SHIPPED_BEFORE
 # A second workload (by size) where it reaches a launch shape the smallest does not.
 SECOND_SHAPE = {
@@ -218,14 +219,16 @@ def test_rmsnorm_takes_exact_pieces_or_one_masked_block(tmp_path, address):
     kernel = _kernel(address, tmp_path)
     assert kernel.pieces(5376) == (4096, 1024, 256) and kernel.pieces(5120) == (4096, 1024, 0)
     assert kernel.pieces(1000) is None  # six powers of two: the masked block
-    for width in (4096 + 256 + 16, 1000):
-        wide = (3 * torch.randn(3, width + 24)).bfloat16()
-        x = wide[:, :width]  # strided rows
-        weight = torch.randn(width).bfloat16()
-        out = torch.full((3, width), float("nan"), dtype=torch.bfloat16)
-        kernel.run(x, weight, 1e-6, out)
-        expected = _rmsnorm(x, weight, 1e-6, gemma="gemma" in address)
-        torch.testing.assert_close(out, expected, rtol=2**-6, atol=2**-6)
+    for pieces_from_rows in (kernel.PIECES_FROM_ROWS, 0):  # 3 rows: masked, then pieces
+        kernel.PIECES_FROM_ROWS = pieces_from_rows
+        for width in (4096 + 256 + 16, 1000):
+            wide = (3 * torch.randn(3, width + 24)).bfloat16()
+            x = wide[:, :width]  # strided rows
+            weight = torch.randn(width).bfloat16()
+            out = torch.full((3, width), float("nan"), dtype=torch.bfloat16)
+            kernel.run(x, weight, 1e-6, out)
+            expected = _rmsnorm(x, weight, 1e-6, gemma="gemma" in address)
+            torch.testing.assert_close(out, expected, rtol=2**-6, atol=2**-6)
 
 
 def test_layernorm_takes_four_rows_a_program_or_one(tmp_path):
@@ -234,7 +237,7 @@ def test_layernorm_takes_four_rows_a_program_or_one(tmp_path):
     weight, bias = torch.randn(1280).half(), torch.randn(1280).half()
     expected = torch.nn.functional.layer_norm(x.float(), (1280,), weight.float(), bias.float(),
                                               1e-5).half()
-    for few_rows in (kernel.FEW_ROWS, 0):  # 0: every size takes four rows a program
+    for few_rows in (kernel.FEW_ROWS, 0):  # 6 rows: one masked row a program, then 4 in pieces
         kernel.FEW_ROWS = few_rows
         out = torch.full_like(x, float("nan"))
         kernel.run(x, weight, bias, 1e-5, out)
@@ -319,17 +322,54 @@ def test_chunked_argmax_combines_in_its_one_launch_call_after_call(tmp_path):
         assert not kernel.arrival_counters(logits.device, rows).any()
 
 
+@pytest.mark.parametrize("rows_per_program", [1, 4])
+def test_chunked_cross_entropy_combines_in_its_one_launch_call_after_call(tmp_path,
+                                                                         rows_per_program):
+    """Rows of 3 blocks and 100 logits cut into chunks of 2 blocks (the second chunk 1 block
+    and a partial one), maxima in a row's last, partial block, strided rows: the row tile's last
+    chunk to arrive combines its chunks, the last program of all takes the mean, and both leave
+    their counters at zero, so a second call on the same buffers combines again."""
+    kernel = _kernel("l1/cross_entropy_llama3_1_8b", tmp_path)
+    width = 3 * kernel.BLOCK + 100
+    wide = (2 * torch.randn(6, width + 40)).bfloat16()
+    logits = wide[:, :width]  # rows width + 40 apart
+    logits[1, -1] = 40.0  # the row's maximum in its last, partial block
+    logits[4, -60] = 30.0
+    labels = torch.randint(0, width, (6,))
+    labels[[0, 3]] = kernel.IGNORE_INDEX
+    labels[4] = width - 60  # the label at the maximum, and in the last block
+    expected = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="none")
+    mean = torch.nn.functional.cross_entropy(logits.float(), labels)
+    losses, loss = torch.empty(6), torch.empty(())
+    for _ in range(2):  # a counter left over would combine early, or never
+        losses.fill_(float("nan"))
+        loss.fill_(float("nan"))
+        kernel.cross_entropy_into(logits, labels, losses, loss, 2 * kernel.BLOCK,
+                                  rows_per_program)
+        torch.testing.assert_close(losses, expected, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(loss, mean, rtol=1e-4, atol=1e-4)
+        assert not kernel.arrival_counters(logits.device, 8).any()
+    # One chunk a row: each program writes its rows' losses, the last one the mean.
+    losses.fill_(float("nan"))
+    kernel.cross_entropy_into(logits, labels, losses, loss, width, rows_per_program)
+    torch.testing.assert_close(losses, expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(loss, mean, rtol=1e-4, atol=1e-4)
+    assert not kernel.arrival_counters(logits.device, 8).any()
+
+
 # The solutions whose split workloads run in one launch, and a workload each where they split:
-# the decodes and the argmax merge in the last program to arrive at a counter (a GPU-scope
-# acquire-release ticket), the softmaxes have each program find its row's statistics itself.
+# the decodes, the argmax and the cross-entropy merge in the last program to arrive at a counter
+# (a GPU-scope acquire-release ticket), the softmaxes have each program find its row's
+# statistics itself.
 ONE_LAUNCH = {"l1/gqa_decode_llama3_1_8b": "c0b228c3",
               "fib/gqa_paged_decode_llama3_1_8b_ps16": "ae47e16c",
               "l1/sampling_argmax_llama3_1_8b": "886558c1",
+              "l1/cross_entropy_llama3_1_8b": "e3c21aef",
               "l1/log_softmax_gemma3_27b_vocab": "87ab141f",
               "l1/log_softmax_qwen3_8b_vocab": "763ee7d8",
               "l1/softmax_llama3_1_8b_vocab": "63c5779e"}
 TICKETS = {"l1/gqa_decode_llama3_1_8b", "fib/gqa_paged_decode_llama3_1_8b_ps16",
-           "l1/sampling_argmax_llama3_1_8b"}
+           "l1/sampling_argmax_llama3_1_8b", "l1/cross_entropy_llama3_1_8b"}
 
 
 def test_split_solutions_compile_for_the_h200_as_one_launch():
