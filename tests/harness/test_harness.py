@@ -59,6 +59,7 @@ from solforge.harness.judge import (
     Judge,
     Plan,
     WorkloadResult,
+    _timed_failure,
     recompute_timing,
 )
 from solforge.harness.output_log import OutputLog
@@ -343,6 +344,16 @@ def test_a_cheat_on_a_later_workload_disqualifies_earlier_ones():
     assert judged["c"].message == "patched the timer"
     honest = {"a": results["a"], "b": results["b"]}
     assert disqualify(honest) == honest
+
+
+def test_a_wrong_timed_output_is_a_cheat_only_for_a_candidate():
+    wrong = compare.Comparison(Status.INCORRECT_NUMERICAL, None, "944 of 1024 elements within atol")
+    assert _timed_failure(wrong, 15).status is Status.REWARD_HACK
+    baseline = _timed_failure(wrong, 15, candidate=False)  # torch.compile's MoE layer did this
+    assert baseline.status is Status.INCORRECT_NUMERICAL
+    assert "vary between calls" in baseline.message and "944 of 1024" in baseline.message
+    missing = compare.Comparison(Status.INVALID_REFERENCE, None, "the reference failed")
+    assert _timed_failure(missing, 3).status is Status.INVALID_REFERENCE
 
 
 def test_seeds_depend_on_secret_phase_and_index():

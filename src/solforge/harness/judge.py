@@ -1,17 +1,18 @@
-"""The driver's verdict on one workload: lead the worker through the protocol, hand it every
-input, take every output the moment its call returns, and compare with the reference the
-driver computes itself.
+"""The driver's verdict on one workload: lead the worker through the protocol, hand it every input,
+take every output the moment its call returns, and compare with the reference the driver
+computes itself.
 
 A workload is PASSED only when every step is there: one output per correctness round, each
 within tolerance; one output per warm-up and timed call, in order; a timing with one raw time
 per timed call; and every timed output the driver chose to compare, within tolerance. Anything
 missing or out of order is not a pass. The timed calls to compare are drawn before the loop, in
 the driver, with a random generator the worker cannot see, and the worker is never told which
-they were: it hands over every output alike, and a timed output that is wrong although the
-rounds were right is a REWARD_HACK (the candidate behaved differently when timed: cached,
-skipped or deferred its work). The driver recomputes median, min, max and spread from the raw
-times, and holds each time to the wall-clock bracket it saw around the call (from sending its
-inputs to receiving its outputs): a call cannot take longer than the time it was given.
+they were: it hands over every output alike, and a candidate's timed output that is wrong
+although the rounds were right is a REWARD_HACK (the candidate behaved differently when timed:
+cached, skipped or deferred its work); a baseline's keeps its numerical verdict. The driver
+recomputes median, min, max and spread from the raw times, and holds each time to the wall-clock
+bracket it saw around the call (from sending its inputs to receiving its outputs): a call cannot
+take longer than the time it was given.
 """
 
 from __future__ import annotations
@@ -85,8 +86,10 @@ class WorkerFailure(Exception):
 
 class Judge:
     def __init__(self, session: WorkerSession, oracle: ReferenceOracle, plan: Plan,
-                 timeout_s: float, seeds_to_worker: bool = False) -> None:
+                 timeout_s: float, seeds_to_worker: bool = False, candidate: bool = True
+                 ) -> None:
         self.session = session
+        self.candidate = candidate  # False: a baseline's worker (our own code, no candidate)
         self.oracle = oracle
         self.plan = plan
         self.timeout_s = timeout_s
@@ -263,7 +266,7 @@ class Judge:
             elif failed is None:
                 verdict = self._compare(self._taken(frame), seed)
                 if not verdict.passed:
-                    failed = _timed_failure(verdict, i)
+                    failed = _timed_failure(verdict, i, self.candidate)
         if meta is None:
             meta = self._expect(protocol.TIMING).meta
         _record_worker_seconds(meta.get("worker_seconds"), "timing", "loop")
@@ -379,9 +382,18 @@ def _record_worker_seconds(reported: Any, parent: str, prefix: str) -> None:
     phases.carve_all(parent, parts)
 
 
-def _timed_failure(verdict: Comparison, iteration: int) -> Comparison:
+def _timed_failure(verdict: Comparison, iteration: int, candidate: bool = True) -> Comparison:
+    """A timed call's wrong outputs after right rounds: a candidate's are a REWARD_HACK (it
+    behaved differently when timed); a baseline's (the problem's own reference, no candidate
+    code in its process: nothing there can cheat) keep their own verdict, since its results
+    vary between calls (torch.compile of a MoE layer did, on the H200, 2026-12-03)."""
     if verdict.status is Status.INVALID_REFERENCE:
         return verdict
+    if not candidate:
+        message = (f"call {iteration} of the timed loop (warm-up included) returned wrong "
+                   f"outputs although every correctness round was right: this baseline's "
+                   f"results vary between calls: {verdict.message}")
+        return Comparison(verdict.status, verdict.correctness, message)
     message = (f"call {iteration} of the timed loop (warm-up included) returned wrong outputs "
                f"although every correctness round was right (work cached, skipped or deferred "
                f"when timed): {verdict.message}")

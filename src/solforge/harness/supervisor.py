@@ -118,8 +118,9 @@ class Supervisor:
         except WorkerLost as lost:
             _finish_all(pending, results, lost.status, lost.message)
             return None
+        candidate = role == protocol.CANDIDATE
         judge = Judge(session, TimedOracle(self.oracle), plan, self.limits.workload_timeout_s,
-                      seeds_to_worker=role != protocol.CANDIDATE)
+                      seeds_to_worker=not candidate, candidate=candidate)
         try:
             return self._judge_all(judge, pending, results, report)
         finally:
