@@ -590,6 +590,9 @@ class _BrokenInputs:
     def output_shapes(self, workload):
         return {"output": (8, 256)}
 
+    def release(self, workload):
+        pass
+
     problem = load_problem(SMALL)
 
 

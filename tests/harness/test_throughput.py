@@ -322,6 +322,32 @@ def test_a_custom_generator_goes_as_a_seed_only_if_it_repeats_bit_for_bit(tmp_pa
         assert oracle.inputs(workload, 11) is kept
 
 
+def test_a_judged_workload_leaves_no_inputs_in_the_driver(tmp_path):
+    """A worker that fails after its round's inputs were made leaves them uncompared: the
+    verdict releases them (a MoE block's 22 GB inputs, kept, filled the H200's driver)."""
+    from types import SimpleNamespace
+
+    from solforge.harness.judge import Judge, Plan, WorkerFailure
+
+    problem = _custom_problem(tmp_path, SEEDED)
+    first, second = problem.workloads[:2]
+    oracle = ReferenceOracle(problem, torch.device("cpu"))
+    oracle.inputs(second, 5)  # another workload's, still in progress
+
+    class FailingMidway(Judge):
+        def _judge(self):
+            self.oracle.inputs(self.workload, 1)  # round 0 handed over, then the worker died
+            self.oracle.inputs(self.workload, 2)
+            raise WorkerFailure({"status": "RUNTIME_ERROR", "message": "out of memory"})
+
+    session = SimpleNamespace(deadline=lambda timeout_s: time.monotonic() + timeout_s)
+    plan = Plan(seeds=None, rounds=1, warmup=0, iterations=1, verify=1)
+    result = FailingMidway(session, oracle, plan, 10.0).judge(first)
+    assert result.status is Status.RUNTIME_ERROR
+    assert [key for key in oracle._inputs if key[0] == first.uuid] == []
+    assert (second.uuid, 5) in oracle._inputs  # only the judged workload's are dropped
+
+
 def test_same_bits_tells_nan_payloads_signed_zeros_and_dtypes_apart():
     nan = torch.tensor([float("nan")])
     assert same_bits(nan, nan.clone()) and not torch.equal(nan, nan.clone())

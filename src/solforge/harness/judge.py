@@ -136,6 +136,7 @@ class Judge:
                                   fatal=True)
         finally:
             self.slots = None
+            self.oracle.release(workload)
 
     def _judge(self) -> WorkloadResult:
         uuid = self.workload.uuid

@@ -198,6 +198,9 @@ class TimedOracle:
     def forget(self, workload: Workload, seed: int) -> None:
         self.oracle.forget(workload, seed)
 
+    def release(self, workload: Workload) -> None:
+        self.oracle.release(workload)
+
 
 def worker_env(device_type: str) -> dict[str, str]:
     """The environment of a worker process on a device type."""
