@@ -181,30 +181,28 @@ def test_flat_activation_takes_its_large_block_too(tmp_path):
         torch.testing.assert_close(out, torch.nn.functional.silu(x), rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize("address", ["l1/swiglu_llama3_1_8b", "l1/swiglu_qwen3_32b",
-                                     "l1/swiglu_deepseek_v3_experts"])
-def test_swiglu_tiles_cover_every_row_and_column(tmp_path, address):
+def _silu(gate: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.silu(gate)
+
+
+def _gelu_tanh(gate: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.gelu(gate, approximate="tanh")
+
+
+@pytest.mark.parametrize(("address", "activation"), [
+    ("l1/swiglu_llama3_1_8b", _silu), ("l1/swiglu_qwen3_32b", _silu),
+    ("l1/swiglu_deepseek_v3_experts", _silu), ("l1/geglu_gemma3_27b", _gelu_tanh)])
+def test_glu_tiles_cover_every_row_and_column(tmp_path, address, activation):
     kernel = _kernel(address, tmp_path)
     wide = torch.randn(3, 2 * 2500 + 7).bfloat16()
     gate_up = wide[:, :5000]  # rows 5007 apart; 3 column blocks a row, the last partial
     out = torch.full((3, 2500), float("nan"), dtype=torch.bfloat16)
     kernel.run(gate_up, out)
     gate, up = gate_up.float().chunk(2, dim=-1)
-    expected = (torch.nn.functional.silu(gate).bfloat16().float() * up).bfloat16()
+    expected = (activation(gate).bfloat16().float() * up).bfloat16()
     # Two roundings to bfloat16, each of which the interpreter may take a step apart from
     # torch: a misplaced tile is off by the values' own size.
     torch.testing.assert_close(out, expected, rtol=2**-6, atol=1e-3)
-
-
-def test_geglu_tiles_cover_every_row_and_column(tmp_path):
-    kernel = _kernel("l1/geglu_gemma3_27b", tmp_path)
-    wide = torch.randn(3, 2 * 2500 + 7).bfloat16()
-    gate_up = wide[:, :5000]  # rows 5007 apart; 3 column blocks a row, the last partial
-    out = torch.full((3, 2500), float("nan"), dtype=torch.bfloat16)
-    kernel.run(gate_up, out)
-    gate, up = gate_up.float().chunk(2, dim=-1)
-    gelu = torch.nn.functional.gelu(gate, approximate="tanh").bfloat16().float()
-    torch.testing.assert_close(out, (gelu * up).bfloat16(), rtol=2**-6, atol=1e-3)
 
 
 def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool) -> torch.Tensor:
