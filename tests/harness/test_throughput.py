@@ -26,7 +26,7 @@ from solforge.harness.baseline import BaselineCache, export_baselines, import_ba
 from solforge.harness.channel import Frame
 from solforge.harness.evaluate import EvalConfig, EvaluationRun, evaluate
 from solforge.harness.judge import reproducible_inputs
-from solforge.harness.oracle import ReferenceOracle, same_bits
+from solforge.harness.oracle import ReferenceOracle, return_spare_memory, same_bits
 from solforge.harness.pool import WorkerPool, shared_pool
 from solforge.harness.protocol import WorkerConfig
 from solforge.harness.startup import waited_steps
@@ -346,6 +346,39 @@ def test_a_judged_workload_leaves_no_inputs_in_the_driver(tmp_path):
     assert result.status is Status.RUNTIME_ERROR
     assert [key for key in oracle._inputs if key[0] == first.uuid] == []
     assert (second.uuid, 5) in oracle._inputs  # only the judged workload's are dropped
+
+
+@pytest.mark.parametrize(("reserved_gib", "threshold", "emptied"),
+                         [(30, 1 << 30, True), (1, 1 << 30, False), (1, 0, True)])
+def test_the_driver_returns_spare_device_memory_past_its_threshold(
+        monkeypatch, reserved_gib, threshold, emptied):
+    """The driver's reference temporaries (a MoE block's 28 GiB float32 weight copy) go back to
+    the GPU once more than the threshold sits cached, so the worker can allocate them."""
+    calls = []
+    gib = 1 << 30
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: (reserved_gib + 2) * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 2 * gib)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty"))
+    return_spare_memory(torch.device("cuda"), threshold)
+    assert calls == (["empty"] if emptied else [])
+    return_spare_memory(torch.device("cpu"), 0)  # no CUDA call on the CPU
+    assert len(calls) == int(emptied)
+
+
+def test_the_oracle_returns_spare_memory_after_each_reference(tmp_path, monkeypatch):
+    from solforge.harness import oracle as oracle_module
+
+    checked = []
+    monkeypatch.setattr(oracle_module, "return_spare_memory",
+                        lambda device, spare_bytes=oracle_module._SPARE_BYTES:
+                        checked.append(spare_bytes))
+    problem = _custom_problem(tmp_path, SEEDED)
+    workload = problem.workloads[0]
+    oracle = ReferenceOracle(problem, torch.device("cpu"))
+    assert oracle.repeatable(workload, 3)
+    oracle.expected(workload, 3)
+    oracle.release(workload)
+    assert checked == [oracle_module._SPARE_BYTES, oracle_module._SPARE_BYTES, 0]
 
 
 def test_same_bits_tells_nan_payloads_signed_zeros_and_dtypes_apart():
