@@ -205,6 +205,22 @@ def test_glu_tiles_cover_every_row_and_column(tmp_path, address, activation):
     torch.testing.assert_close(out, expected, rtol=2**-6, atol=1e-3)
 
 
+def test_fp8_dequant_tiles_cover_every_block_in_both_sizes(tmp_path):
+    kernel = _kernel("quant/fp8_dequant_block128_deepseek_v3", tmp_path)
+    n, k = 256, 3 * 512 + 128  # 4 column tiles a band of rows, the last one quarter full
+    weight = (4 * torch.randn(n, k)).to(torch.float8_e4m3fn)
+    scales = 0.5 + torch.rand(n // 128, k // 128)
+    expected = (weight.float().reshape(2, 128, k // 128, 128)
+                * scales.reshape(2, 1, k // 128, 1)).reshape(n, k).bfloat16()
+    for small_elements in (kernel.SMALL_ELEMENTS, 0):  # [2, 512] tiles, then [16, 512]
+        kernel.SMALL_ELEMENTS = small_elements
+        out = torch.full((n, k), float("nan"), dtype=torch.bfloat16)
+        kernel.run(weight, scales, out)
+        # The interpreter may round to bfloat16 a step apart from torch; a wrong scale or a
+        # misplaced tile is off by up to 3x.
+        torch.testing.assert_close(out, expected, rtol=2**-7, atol=0)
+
+
 def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool) -> torch.Tensor:
     normalized = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
     if gemma:  # Gemma3RMSNorm: the scale 1 + weight in float32, one rounding
