@@ -13,10 +13,14 @@ template's search ends once --patience candidates in a row have not raised the b
 more than 1% (the problem has converged when every template's search ended so, or ran out of
 settings, before the budget did: its record's `converged`). Once its search is done, its best
 elite is evaluated once more through the harness with T_b = the faster of eager and
-torch.compile, so every workload has both baselines' times. A problem starts only while the time
-left exceeds the longest search so far plus a margin; finished problems are listed in
-OUTDIR/NAME-forge.jsonl and skipped by the next call. Per problem it records: candidates judged
-and their statuses, the wall seconds the search held the GPU, the archive's cells and elites'
+torch.compile, so every workload has both baselines' times. A search gets the call's time
+left, less a margin and the time its best elite's evaluation takes; one that the deadline cuts
+is noted in OUTDIR/NAME-forge-cuts.jsonl and the next call goes on with it (the candidates
+already judged are read back from the archive and count against its budget), so a call's tail
+is searched, not left idle. A problem starts only while MIN_SEARCH_S of search are left;
+finished problems are listed in OUTDIR/NAME-forge.jsonl and skipped by the next call. Per
+problem it records: candidates judged (over every call that searched it) and their statuses,
+the wall seconds the search held the GPU, the archive's cells and elites'
 descriptors, the best elite's mean S against the best baseline and against eager, its median
 T_SOL / T_k, its geometric-mean speedup over torch.compile, and the bound that binds. Then
 NAME-forge.json / .md hold the goal of issue 6: over at least 20 problems, median T_SOL / T_k
@@ -49,7 +53,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from goals_file import goals_path, median_fraction_of_sol, merge_goals  # noqa: E402
-from script_common import fmt, log, no_time_for, recorded_environment  # noqa: E402
+from script_common import fmt, log, recorded_environment  # noqa: E402
 
 from solforge.data.solution import parse_solution  # noqa: E402
 from solforge.data.trace import Status, Trace  # noqa: E402
@@ -64,7 +68,9 @@ from solforge.runners import TaskRunner, open_runner  # noqa: E402
 from solforge.score import ScoreError, sol_score  # noqa: E402
 from solforge.storage import open_store  # noqa: E402
 
-MARGIN_S = 30.0
+MARGIN_S = 30.0  # a candidate started just before a search's deadline ends within it
+FINAL_S = 60.0  # kept for the best elite's evaluation on every workload
+MIN_SEARCH_S = 60.0  # a search given less is not started (about ten candidates on the H200)
 GOAL = {"problems": 20, "fraction_of_sol": 0.75, "s_vs_eager": 0.85, "s_vs_best": 0.60,
         "beats_compile_share": 0.80}
 
@@ -82,6 +88,11 @@ class Call:
     @property
     def progress(self) -> Path:
         return self.out / f"{self.name}-forge.jsonl"
+
+    @property
+    def cuts(self) -> Path:
+        """Searches the deadline cut: one line per call, for the call that finishes them."""
+        return self.out / f"{self.name}-forge-cuts.jsonl"
 
 
 def default_problems(count: int) -> list[str]:
@@ -101,17 +112,20 @@ def default_problems(count: int) -> list[str]:
 def search_until_deadline(call: Call, started: float) -> None:
     done = {json.loads(line)["problem"] for line in _lines(call.progress)}
     store = open_store(f"sqlite:///{call.out / 'forge.db'}")
-    longest = 0.0
     with open_runner("local", call.device, 1) as runner:
         for number, address in enumerate(call.problems, start=1):
             if address in done:
                 continue
-            left = call.deadline_s - (time.monotonic() - started)
-            if no_time_for(address, left, longest, MARGIN_S):
+            search_s = call.deadline_s - (time.monotonic() - started) - MARGIN_S - FINAL_S
+            if search_s < MIN_SEARCH_S:
+                log(f"stopping before {address}: {max(search_s, 0):.0f} s of search left "
+                    f"(at least {MIN_SEARCH_S:.0f} wanted); run the same command again to go on")
                 return
-            begun = time.monotonic()
-            record = search_problem(call, store, address, runner)
-            longest = max(longest, time.monotonic() - begun)
+            record = search_problem(call, store, address, runner, search_s)
+            if record is None:
+                log(f"[{number}/{len(call.problems)}] {address}: cut at the deadline; run the "
+                    "same command again to go on with it")
+                return
             with call.progress.open("a") as file:
                 file.write(json.dumps(record) + "\n")
             log(f"[{number}/{len(call.problems)}] {address}: {record['judged']} judged in "
@@ -119,21 +133,33 @@ def search_until_deadline(call: Call, started: float) -> None:
                 f"{', converged' if record['converged'] else ''}, best {record['best']}")
 
 
-def search_problem(call: Call, store: Any, address: str,
-                   runner: TaskRunner) -> dict[str, Any]:
+def search_problem(call: Call, store: Any, address: str, runner: TaskRunner,
+                   search_s: float) -> dict[str, Any] | None:
+    """The problem's record once its search is done, or None when the deadline cut it (noted
+    in `call.cuts` for the call that goes on with it)."""
     problem = open_problem(address)
-    config = OptimizeConfig(budget=call.budget, device=call.device,
-                            baseline=resolve_run(call.device).baseline, patience=call.patience)
+    earlier = [json.loads(line) for line in _lines(call.cuts)]
+    earlier = [cut for cut in earlier if cut["problem"] == address]
+    judged_before = sum(cut["judged"] for cut in earlier)
+    config = OptimizeConfig(budget=max(call.budget - judged_before, 0), minutes=search_s / 60,
+                            device=call.device, baseline=resolve_run(call.device).baseline,
+                            patience=call.patience)
     begun = time.monotonic()
     outcome = Optimizer(problem, store, config, lambda line: log(f"  {line}"), runner=runner,
                         address=address).run()
     seconds = time.monotonic() - begun
+    if outcome.out_of_time:
+        with call.cuts.open("a") as file:
+            file.write(json.dumps({"problem": address, "judged": outcome.judged,
+                                   "search_seconds": round(seconds, 1)}) + "\n")
+        return None
     statuses = Counter(c.status for c in archive.candidates(store, problem.name))
     elites = archive.elites(store, problem.name)
-    record = {"problem": address, "judged": outcome.judged, "reused": outcome.reused,
-              "converged": outcome.converged, "statuses": dict(statuses),
-              "search_seconds": round(seconds, 1), "cells": [elite.cell for elite in elites],
-              "best": None}
+    record = {"problem": address, "judged": judged_before + outcome.judged,
+              "reused": outcome.reused, "converged": outcome.converged,
+              "statuses": dict(statuses), "calls": len(earlier) + 1,
+              "search_seconds": round(seconds + sum(c["search_seconds"] for c in earlier), 1),
+              "cells": [elite.cell for elite in elites], "best": None}
     if outcome.best is not None:
         best_config = EvalConfig(device=call.device, baseline=config.baseline,
                                  smallest=1 if call.device == "cpu" else None)

@@ -11,8 +11,9 @@
 #                        the committed benchmarks/results/h200-suite.db.gz, or SUITE_STORE,
 #                        and leaves OUTDIR/suite/h200-suite.db.gz to commit)
 #           forge        template search over 24 L1/L2 problems and its goal (issue 6; goes
-#                        on from the committed h200-forge.db.gz and h200-forge.jsonl, or
-#                        FORGE_STORE, and leaves OUTDIR/forge/h200-forge.db.gz to commit)
+#                        on from the committed h200-forge.db.gz, h200-forge.jsonl and
+#                        h200-forge-cuts.jsonl, or FORGE_STORE, and leaves
+#                        OUTDIR/forge/h200-forge.db.gz to commit)
 #           hgemm        the HGEMM tuner and benchmark (issue 7; carry nvmath-python)
 #           sandbox      the sandbox's cost per candidate on the GPU (benchmarks/sandbox_cost.py)
 #           floor        the launch floor: near-empty kernels, cold and warm L2
@@ -146,6 +147,7 @@ stage_forge() {
     # The same for the search: its archive (forge.db, gzipped) and the problems it finished.
     unpack_store "$forge_store" "$out/forge/forge.db"
     seed_from_results h200-forge.jsonl "$out/forge/h200-forge.jsonl"
+    seed_from_results h200-forge-cuts.jsonl "$out/forge/h200-forge-cuts.jsonl"
     import_baselines
     "$python" benchmarks/forge_gpu.py "$out/forge" --deadline-s "$deadline" \
         2>&1 | tee -a "$out/forge.log"

@@ -78,6 +78,49 @@ def test_forge_script_searches_records_resumes_and_reports_the_goal(tmp_path):
     assert len((tmp_path / "cpu-forge.jsonl").read_text().splitlines()) == 1  # done: skipped
 
 
+def test_a_forge_search_cut_by_the_deadline_goes_on_in_the_next_call(tmp_path, monkeypatch):
+    """A search gets the call's time left less the margins; the deadline cutting it is noted,
+    not recorded as done, and the next call goes on with the rest of its budget and reports
+    both calls' candidates and seconds. Too little time left starts no search."""
+    import importlib.util
+    from contextlib import nullcontext
+
+    from solforge.forge.loop import SearchOutcome
+
+    spec = importlib.util.spec_from_file_location("forge_gpu", FORGE_SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, script)  # its dataclasses look it up there
+    spec.loader.exec_module(script)
+    given, outcomes = [], [SearchOutcome(4, 0, 0, None, [], out_of_time=True),
+                           SearchOutcome(6, 4, 0, None, [])]
+
+    class Scripted:
+        def __init__(self, problem, store, config, report, runner, address):
+            given.append(config)
+
+        def run(self):
+            return outcomes[len(given) - 1]
+
+    monkeypatch.setattr(script, "Optimizer", Scripted)
+    monkeypatch.setattr(script, "open_runner", lambda *args: nullcontext())
+    call = script.Call(tmp_path, [PROBLEM], 10, 1000.0, "cpu", "cpu")
+    script.search_until_deadline(call, time.monotonic())
+    assert not call.progress.exists() and len(call.cuts.read_text().splitlines()) == 1
+    assert given[0].budget == 10
+    assert given[0].minutes * 60 == pytest.approx(1000 - script.MARGIN_S - script.FINAL_S, abs=5)
+
+    script.search_until_deadline(call, time.monotonic())
+    assert given[1].budget == 6  # the 4 judged before count against the budget
+    (record,) = [json.loads(line) for line in call.progress.read_text().splitlines()]
+    assert record["judged"] == 10 and record["calls"] == 2 and record["best"] is None
+
+    short = script.Call(tmp_path / "short", ["l1/rmsnorm_qwen3_32b"], 10,
+                        script.MARGIN_S + script.FINAL_S + script.MIN_SEARCH_S - 5, "cpu", "cpu")
+    short.out.mkdir()
+    script.search_until_deadline(short, time.monotonic())
+    assert len(given) == 2 and not short.progress.exists()
+
+
 @pytest.mark.slow
 def test_a_bad_target_is_a_message_not_a_traceback(tmp_path):
     for script in (SUITE_SCRIPT, FORGE_SCRIPT):

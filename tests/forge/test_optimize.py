@@ -149,6 +149,27 @@ def test_a_search_ends_after_patience_candidates_without_a_gain(tmp_path, monkey
     assert outcome.judged == 4 and not outcome.converged
 
 
+def test_a_search_the_time_limit_ends_says_so(tmp_path, monkeypatch):
+    """`minutes` running out ends a search as out of time (a caller goes on with it later);
+    the budget ending it is not."""
+    from solforge.forge import loop
+
+    _scripted(monkeypatch, [0.1 * n for n in range(1, 9)])
+    clock = iter(range(0, 10_000, 25))  # 25 s further at every look at the clock
+    monkeypatch.setattr(loop.time, "monotonic", lambda: float(next(clock)))
+    problem = load_problem(PROBLEM)
+    store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
+    outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=8, minutes=1.0),
+                        quiet).run()
+    assert outcome.out_of_time and not outcome.converged and 0 < outcome.judged < 8
+
+    monkeypatch.setattr(loop.time, "monotonic", lambda: 0.0)
+    store = Store(f"sqlite:///{tmp_path / 'other.db'}")
+    outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=3, minutes=1.0),
+                        quiet).run()
+    assert outcome.judged == 3 and not outcome.out_of_time
+
+
 def test_patience_must_be_positive():
     with pytest.raises(OptimizeError, match="patience 0"):
         OptimizeConfig(budget=2, patience=0)

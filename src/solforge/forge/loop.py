@@ -105,6 +105,7 @@ class SearchOutcome:
     best: archive.Elite | None
     elites: list[archive.Elite]
     converged: bool = False  # every search stalled (patience) or ran out of settings
+    out_of_time: bool = False  # the time limit (`minutes`) ended it, not the budget
 
 
 class Optimizer:
@@ -130,6 +131,7 @@ class Optimizer:
         self.best_fitness: float | None = _best_fitness(archive.elites(store, problem.name))
         self.without_gain = 0  # candidates judged in this search since the best last rose
         self.cut_short = False  # the budget or the time ended a search
+        self.out_of_time = False  # the time did
 
     def run(self) -> SearchOutcome:
         try:
@@ -144,7 +146,7 @@ class Optimizer:
         elites = archive.elites(self.store, self.problem.name)
         return SearchOutcome(self.judged, self.reused, self.hacks, elites[0] if elites else None,
                              elites, converged=self.config.patience is not None
-                             and not self.cut_short)
+                             and not self.cut_short, out_of_time=self.out_of_time)
 
     def _stalls_end(self, searching: Callable[[], None], what: str) -> None:
         """Run one search; a stall (patience) ends it, and the run goes on to the next."""
@@ -365,6 +367,7 @@ class Optimizer:
         if self.config.budget is not None and self.judged >= self.config.budget:
             raise _Exhausted
         if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.out_of_time = True
             raise _Exhausted
         if self.config.patience is not None and self.without_gain >= self.config.patience:
             raise _Stalled
