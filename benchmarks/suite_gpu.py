@@ -7,10 +7,11 @@ resumable across calls, then the recorded tables and the HTML report.
 TARGETs are what `solforge bench` takes (default: `all`). Problems are benched --chunk at a
 time (on a GPU all of them in one `bench` run), in suite order, into OUTDIR/suite.db. Each run
 gets the time left less a margin as its deadline: it starts no unit that could not end before
-it, by the longest unit so far, and leaves the rest for the next call; a chunk starts only while
-the time left exceeds the longest chunk so far plus the margin. So a call ends before the device
-tool's limit, losing no unit in the middle. The store skips what an earlier call measured, so
-the same command, repeated, finishes the suite. Then, from everything the store holds:
+it, by the longest of the recent units, stops a unit still running at it (its partial work
+lost), and leaves the rest for the next call; a chunk starts only while the time left exceeds
+the longest chunk so far plus the margin. So a call ends before the device tool's limit. The
+store skips what an earlier call measured, so the same command, repeated, finishes the suite.
+Then, from everything the store holds:
 
     OUTDIR/NAME-suite.json   environment; per problem T_SOL, eager and torch.compile (medians
                              over the workloads, ms), every shipped solution (workloads passed,

@@ -474,6 +474,85 @@ def test_a_runner_starts_no_unit_that_could_not_end_before_its_deadline(monkeypa
     assert [task.key for task in roomy.withdrawn] == ["2"]
 
 
+def test_the_deadline_rule_forgets_a_long_unit_after_recent_short_ones(monkeypatch):
+    """A suite's units come in problem order: one long unit early in a call no longer holds
+    back its tail once RECENT_UNITS shorter ones have ended after it."""
+    clock = [0.0]
+    monkeypatch.setattr(base.time, "monotonic", lambda: clock[0])
+
+    def tasks(count: int, first: int) -> list[EvalTask]:
+        return [EvalTask(SMALL, _config(Path("unused")), baseline="eager", key=str(n))
+                for n in range(first, first + count)]
+
+    for short_units, started in ((base.RECENT_UNITS, True), (base.RECENT_UNITS - 1, False)):
+        clock[0], runner = 0.0, _InstantRunner(clock, unit_s=100.0)
+        runner.stop_starting_at(10_000.0)
+        runner.submit(tasks(1, 0)[0])
+        assert runner.next_result().seconds == 100.0
+        runner.unit_s = 5.0
+        for task in tasks(short_units, 1):
+            runner.submit(task)
+        assert len(list(runner.results())) == short_units
+        runner.stop_starting_at(clock[0] + 50.0)  # room for a 5 s unit, not a 100 s one
+        (last,) = tasks(1, 99)
+        runner.submit(last)
+        assert [r.task.key for r in runner.results()] == (["99"] if started else [])
+        assert runner.withdrawn == ([] if started else [last])
+
+
+class _StuckRunner(_InstantRunner):
+    """Units that never end on their own."""
+
+    def _wait_any(self, timeout):
+        return None
+
+    def _stop_all(self) -> None:
+        self.stopped = list(self.started)
+        self.started.clear()
+
+
+def test_abandon_stops_the_running_units_and_withdraws_them_with_the_waiting():
+    runner = _StuckRunner([0.0], unit_s=1.0)  # one unit in flight at a time
+    tasks = [EvalTask(SMALL, _config(Path("unused")), baseline="eager", key=str(n))
+             for n in range(3)]
+    for task in tasks:
+        runner.submit(task)
+    assert runner.next_result(timeout=0.0) is None and runner.pending == 3
+    runner.abandon()
+    assert [task.key for task in runner.withdrawn] == ["0", "1", "2"]  # running, then waiting
+    assert [attempt.task.key for attempt in runner.stopped] == ["0"]
+    assert runner.pending == 0 and runner.next_result() is None
+
+
+@pytest.mark.slow
+def test_bench_stops_a_unit_still_running_at_its_deadline_and_leaves_it(tmp_path, solutions,
+                                                                       monkeypatch):
+    """The first unit starts (nothing is known of a unit's length yet) and runs past a 3 s
+    deadline: it is stopped, not recorded, and left with the solutions behind it; the run ends
+    at its deadline, and the next run measures everything."""
+    stopped = []
+    abandon = base.TaskRunner.abandon
+
+    def spied(runner: base.TaskRunner) -> None:
+        stopped.extend(attempt.task.key for attempt in runner._running_attempts)
+        abandon(runner)
+
+    monkeypatch.setattr(base.TaskRunner, "abandon", spied)
+    store = open_store(f"sqlite:///{tmp_path / 'bench.db'}")
+    problems = plan_problems([SMALL], find_solutions([solutions]), "cpu")
+    config = BenchConfig(device="cpu", baseline="eager", limits=short_limits(),
+                         cache_dir=tmp_path / "cache", workers=1, deadline_s=3.0)
+    began = time.monotonic()
+    outcome = run_bench(problems, store, config)
+    assert time.monotonic() - began < 3.0 + local.STOP_GRACE_S + 5.0
+    assert stopped == [f"{SMALL}:reference:eager"]  # started, then stopped at the deadline
+    assert (outcome.measured, outcome.left) == (0, 3) and not outcome.failures
+    with store.session() as s:
+        assert s.query(TraceRow).count() == 0
+    later = run_bench(problems, store, replace(config, deadline_s=None))
+    assert later.measured == 3 and later.left == 0 and not later.failures
+
+
 @pytest.mark.slow
 def test_bench_with_a_deadline_leaves_the_units_it_could_not_start(tmp_path, solutions):
     """`bench --time`: a deadline already past starts no unit (the baseline, and the

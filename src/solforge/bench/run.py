@@ -12,8 +12,9 @@ and ahead of the other problems' baselines, so problems end one after another.
 The parent saves each unit's traces as it completes, so Ctrl-C or a crash loses at most the
 units in flight (the run is then recorded as interrupted or failed), and a unit whose process
 dies is retried once, then saved as failed traces. With a deadline (`deadline_s`) no unit starts
-that could not end before it (the runner's rule); the units left are counted, and the next run
-does them, as it does whatever the store does not hold.
+that could not end before it (the runner's rule, by the recent units' lengths), and a unit still
+running at the deadline is stopped, its partial work dropped, so the run ends on time; the units
+left are counted, and the next run does them, as it does whatever the store does not hold.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class BenchConfig:
     ray_address: str | None = None  # auto or HOST:PORT; None: a Ray instance of its own
     command: str = "solforge bench"
     library: bool = False  # also time the library baseline that fits each problem
-    deadline_s: float | None = None  # from the run's start: start no unit that ends later
+    # From the run's start: start no unit expected to end later, stop those running then.
+    deadline_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNERS:
@@ -144,13 +146,14 @@ def run_bench(problems: list[BenchProblem], store: Store, config: BenchConfig,
     began = time.monotonic()
     with open_runner(config.runner, config.device, config.workers,
                      config.ray_address) as runner:
-        if config.deadline_s is not None:
-            runner.stop_starting_at(began + config.deadline_s)
-        return _run(problems, store, config, runner, report)
+        until = None if config.deadline_s is None else began + config.deadline_s
+        if until is not None:
+            runner.stop_starting_at(until)
+        return _run(problems, store, config, runner, report, until)
 
 
 def _run(problems: list[BenchProblem], store: Store, config: BenchConfig, runner: TaskRunner,
-         report: Reporter) -> BenchOutcome:
+         report: Reporter, until: float | None) -> BenchOutcome:
     machine = runner.machine
     profile = run_profile(config.hardware, machine.profile)
     eval_config = _eval_config(config, machine.device_type)
@@ -171,7 +174,7 @@ def _run(problems: list[BenchProblem], store: Store, config: BenchConfig, runner
             failures += analyze(problem, recorder.stored[problem.address], store, profile,
                                 config.fresh, report)
             failures += dispatcher.collect(recorder.save, timeout=0)
-        failures += dispatcher.collect(recorder.save)
+        failures += dispatcher.collect(recorder.save, until=until)
         status = "finished" if not dispatcher.left() else "stopped at its deadline"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -332,16 +335,17 @@ class UnitScheduler:
             if not baselines:
                 self._release(address, first=False)
 
-    def collect(self, save: Callable[[Unit, Trace], None],
-                timeout: float | None = None) -> list[str]:
+    def collect(self, save: Callable[[Unit, Trace], None], timeout: float | None = None,
+                until: float | None = None) -> list[str]:
         """Record every unit that ends, waiting up to `timeout` seconds for each (None: until
-        none is left); returns what failed."""
+        none is left); at `until` (a time.monotonic()) the units still running are stopped and
+        left for the next run (`TaskRunner.abandon`). Returns what failed."""
         failures = []
         while self.from_store:
             unit, traces = self.from_store.pop(0)
             for trace in traces:
                 save(unit, trace)
-        while (result := self.runner.next_result(timeout)) is not None:
+        while (result := self._next_result(timeout, until)) is not None:
             unit = self.in_flight.pop(result.task.key)
             failures += record(unit, result, save)
             self.unit_phases.append(result.phases)
@@ -354,9 +358,23 @@ class UnitScheduler:
                     self._release(address)
         return failures
 
+    def _next_result(self, timeout: float | None, until: float | None) -> TaskResult | None:
+        while True:
+            wait = timeout
+            if until is not None:
+                left = until - time.monotonic()
+                if left <= 0:
+                    if self.runner.pending:
+                        self.runner.abandon()
+                    return None
+                wait = left if timeout is None else min(timeout, left)
+            result = self.runner.next_result(wait)
+            if result is not None or timeout is not None or not self.runner.pending:
+                return result
+
     def left(self) -> int:
-        """Units never started: withdrawn by the runner's deadline, or solutions held behind
-        a baseline it withdrew."""
+        """Units not done: withdrawn by the runner's deadline (never started, or stopped at
+        it), or solutions held behind a baseline it withdrew."""
         return len(self.runner.withdrawn) + sum(len(units) for units in self.held.values())
 
     def _release(self, address: str, first: bool = True) -> None:

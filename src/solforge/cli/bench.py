@@ -60,7 +60,8 @@ def bench_command(
     timeout: float = typer.Option(180.0, help="Seconds allowed per workload, and for the "
                                               "import of a solution."),
     minutes: float = typer.Option(None, "--time", help="Start no unit after this many minutes "
-                                                       "(less the longest unit so far); the "
+                                                       "(less the longest of the recent units) "
+                                                       "and stop those still running then; the "
                                                        "same command later does the rest."),
 ) -> None:
     """Measure T_SOL, the baselines and every solution; store the traces; print the scores.

@@ -11,10 +11,13 @@ more times; a unit lost on every attempt comes back as failure traces (RUNTIME_E
 reason), so the caller records it and never waits for it again. Results of the other units are
 unaffected: each comes back on its own, the moment it is done.
 
-A runner given a deadline (`stop_starting_at`) starts no unit that could not end before it (by
-the longest unit so far); the units still waiting then are withdrawn, never started, and left
-for a later run (a GPU call of limited length ends with the units it finished, not with one
-cut in the middle).
+A runner given a deadline (`stop_starting_at`) starts no unit that could not end before it, by
+the longest of the last RECENT_UNITS units: a suite's units come in problem order and neighbours
+are alike, while the longest unit so far would hold back every later call's tail (H200,
+2026-12-03: one 128 s torch.compile baseline early in a call left 170 s of its 540 idle, among
+units of 4-27 s). The units still waiting then are withdrawn, never started, and left for a
+later run. A unit that runs past the deadline anyway can be stopped (`abandon`): it is
+withdrawn too, its partial work lost, so the caller ends on time with everything else kept.
 
     with open_runner("local", "cpu", workers=2) as runner:
         for task in tasks:
@@ -45,6 +48,7 @@ from solforge.measure.environment import environment, run_environment
 from solforge.problem.suite import open_problem
 
 DEFAULT_RETRIES = 1  # a unit whose process dies is started once more, then recorded as failed
+RECENT_UNITS = 8  # the units whose longest predicts the next one's length
 
 
 @dataclass(frozen=True)
@@ -170,9 +174,10 @@ class TaskRunner(ABC):
         self._in_flight_limit = in_flight  # None: hand everything to the backend at once
         self._waiting: deque[Attempt] = deque()
         self._running = 0
+        self._running_attempts: list[Attempt] = []  # in the order they started
         self.deadline: float | None = None  # time.monotonic(): start no unit that ends later
-        self.withdrawn: list[EvalTask] = []  # units the deadline kept from starting
-        self._longest_s = 0.0  # the longest unit so far: what a unit started now may take
+        self.withdrawn: list[EvalTask] = []  # units the deadline kept from starting, or stopped
+        self._recent_s: deque[float] = deque(maxlen=RECENT_UNITS)  # the last units' seconds
 
     @property
     def pending(self) -> int:
@@ -207,7 +212,8 @@ class TaskRunner(ABC):
                 return None
             attempt, end = ended
             self._running -= 1
-            self._longest_s = max(self._longest_s, end.seconds)
+            self._forget_running(attempt)
+            self._recent_s.append(end.seconds)
             if end.outcome is None and attempt.number <= self.retries:
                 attempt.reasons.append(end.reason)
                 attempt.number += 1
@@ -219,15 +225,24 @@ class TaskRunner(ABC):
         return None
 
     def stop_starting_at(self, deadline: float | None) -> None:
-        """Start no unit after `deadline` (a time.monotonic()) less the longest unit so far;
-        units waiting then are withdrawn (`withdrawn`). Units a backend already holds (a Ray
-        runner without a cap on units in flight) are not withdrawn."""
+        """Start no unit after `deadline` (a time.monotonic()) less the longest of the recent
+        units; units waiting then are withdrawn (`withdrawn`). Units a backend already holds (a
+        Ray runner without a cap on units in flight) are not withdrawn."""
         self.deadline = deadline
         self._fill()
+
+    def abandon(self) -> None:
+        """Stop every unit now, recording none: those running are killed and those waiting
+        never start; all are withdrawn, for a later run to do."""
+        self.withdrawn += [attempt.task for attempt in self._running_attempts]
+        self.withdrawn += [attempt.task for attempt in self._waiting]
+        self._running_attempts.clear()
+        self.close()
 
     def close(self) -> None:
         """Stop every unit still running; their results are not wanted any more."""
         self._waiting.clear()
+        self._running_attempts.clear()
         self._stop_all()
         self._running = 0
 
@@ -240,7 +255,8 @@ class TaskRunner(ABC):
     def _fill(self) -> None:
         """Start waiting attempts, in order, skipping those not ready (`_ready`); withdraw
         them all once a unit started now could not end before the deadline."""
-        if self.deadline is not None and time.monotonic() + self._longest_s > self.deadline:
+        expected_s = max(self._recent_s, default=0.0)
+        if self.deadline is not None and time.monotonic() + expected_s > self.deadline:
             self.withdrawn += [attempt.task for attempt in self._waiting]
             self._waiting.clear()
             return
@@ -250,8 +266,12 @@ class TaskRunner(ABC):
             if attempt is None:
                 return
             self._waiting.remove(attempt)
+            self._running_attempts.append(attempt)
             self._start(attempt)
             self._running += 1
+
+    def _forget_running(self, attempt: Attempt) -> None:
+        self._running_attempts = [a for a in self._running_attempts if a is not attempt]
 
     def _ready(self, attempt: Attempt) -> bool:
         """Whether an attempt can take a slot now (a runner compiling ahead says no until its
