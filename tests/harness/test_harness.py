@@ -307,6 +307,59 @@ def test_compare_checks_shape_and_dtype():
     assert _compare(ref[:2], ref).status is Status.INCORRECT_SHAPE
 
 
+def _tally_by_masked_copies(out64, ref64, tolerance: Tolerance) -> tuple:
+    """The tally written the plain way (a masked copy of the kept elements, a reduction read at a
+    time): what the one-transfer tally must agree with."""
+    shared = (out64 == -torch.inf) & (ref64 == -torch.inf)
+    excused = shared if tolerance.allow_negative_inf else torch.zeros_like(shared)
+    flags = (not bool((torch.isfinite(ref64) | excused).all()), bool(torch.isnan(out64).any()),
+             bool((torch.isinf(out64) & ~excused).any()))
+    if any(flags):
+        return (*flags, 0, 0, 0.0, 0.0, False, False)
+    out64, ref64 = out64[~excused], ref64[~excused]
+    if out64.numel() == 0:
+        return (False,) * 3 + (0, 0, 0.0, 0.0, False, False)
+    error = (out64 - ref64).abs()
+    floor = max(tolerance.max_atol, torch.finfo(torch.float64).tiny)
+    within = int(torch.count_nonzero(error <= tolerance.max_atol
+                                     + tolerance.max_rtol * ref64.abs()))
+    return (*flags, error.numel(), within, float(error.max()),
+            float((error / ref64.abs().clamp(min=floor)).max()), bool((ref64 != 0).any()),
+            bool((out64 != 0).any()))
+
+
+def test_the_one_transfer_tally_agrees_with_masked_copies():
+    generator = torch.Generator().manual_seed(7)
+    specials = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1e-300, 3.0],
+                            dtype=torch.float64)
+    tolerances = (Tolerance(), Tolerance(max_atol=0.0, max_rtol=1e-6),
+                  Tolerance(allow_negative_inf=True), Tolerance(max_atol=0.5, max_rtol=0.0))
+    inf = math.inf
+    edges = [([0.0, -inf], [0.0, -inf]), ([-inf, -inf], [-inf, -inf]), ([0.0, -inf], [2.0, -inf])]
+    for ref_values, out_values in edges:  # all but the excused -infs zero, or nothing kept
+        ref, out = (torch.tensor(v, dtype=torch.float64) for v in (ref_values, out_values))
+        for tolerance in tolerances:
+            tally = compare._tally(out, ref, tolerance)
+            assert (tally.ref_bad, tally.has_nan, tally.has_inf, tally.kept, tally.within,
+                    tally.max_abs, tally.max_rel, tally.ref_nonzero, tally.out_nonzero) == (
+                _tally_by_masked_copies(out, ref, tolerance)), (ref_values, tolerance)
+    for case in range(200):
+        n = int(torch.randint(1, 40, (1,), generator=generator))
+        ref = torch.randn(n, generator=generator, dtype=torch.float64)
+        out = ref + 0.01 * torch.randn(n, generator=generator, dtype=torch.float64)
+        for values in (ref, out):  # a few special values at random places, in either
+            chosen = torch.rand(n, generator=generator) < 0.15
+            picks = torch.randint(0, len(specials), (n,), generator=generator)
+            values[chosen] = specials[picks][chosen]
+        if case % 5 == 0:
+            out = torch.where(torch.rand(n, generator=generator) < 0.5, ref, out)
+        for tolerance in tolerances:
+            tally = compare._tally(out, ref, tolerance)
+            assert (tally.ref_bad, tally.has_nan, tally.has_inf, tally.kept, tally.within,
+                    tally.max_abs, tally.max_rel, tally.ref_nonzero, tally.out_nonzero) == (
+                _tally_by_masked_copies(out, ref, tolerance)), (case, tolerance)
+
+
 def test_compare_in_slices_gives_the_whole_output_verdict(monkeypatch):
     """Outputs are compared a slice at a time (an LM head's 2 G logits ran an H200 out of memory
     as float64 copies); every verdict and figure must be the one the whole output gets."""

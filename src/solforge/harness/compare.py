@@ -99,25 +99,31 @@ def _compare_one(name: str, out: Any, ref: Any, tolerance: Tolerance) -> Compari
 
 
 def _tally(out64: torch.Tensor, ref64: torch.Tensor, tolerance: Tolerance) -> _Tally:
+    """What one slice holds, read back in one transfer: on a GPU each `bool()` or `float()` of
+    a reduction waits for the device (the H200's comparisons took 0.55 s of an optimizer
+    candidate's 5.9 s with nine such waits and a masked copy per slice, 2026-12-02). Excused
+    elements (shared -infs) count nowhere."""
     both_neg_inf = (out64 == -torch.inf) & (ref64 == -torch.inf)
     excused = both_neg_inf if tolerance.allow_negative_inf else torch.zeros_like(both_neg_inf)
-    ref_bad = not bool((torch.isfinite(ref64) | excused).all())
-    has_nan = bool(torch.isnan(out64).any())
-    has_inf = bool((torch.isinf(out64) & ~excused).any())
-    if ref_bad or has_nan or has_inf:
-        return _Tally(ref_bad, has_nan, has_inf)
-    keep = ~excused
-    out64, ref64 = out64[keep], ref64[keep]
-    if out64.numel() == 0:
-        return _Tally()
-    error = (out64 - ref64).abs()
+    kept = ~excused
+    magnitude = ref64.abs()
+    error = torch.where(kept, (out64 - ref64).abs(), 0.0)
+    bound = tolerance.max_atol + tolerance.max_rtol * magnitude
     # Relative to |ref|, floored at atol (and above zero, so exact comparisons give 0, not 0/0).
     floor = max(tolerance.max_atol, torch.finfo(torch.float64).tiny)
-    bound = tolerance.max_atol + tolerance.max_rtol * ref64.abs()
-    return _Tally(kept=error.numel(), within=int(torch.count_nonzero(error <= bound)),
-                  max_abs=float(error.max()),
-                  max_rel=float((error / ref64.abs().clamp(min=floor)).max()),
-                  ref_nonzero=bool((ref64 != 0).any()), out_nonzero=bool((out64 != 0).any()))
+    relative = torch.where(kept, error / magnitude.clamp(min=floor), 0.0)
+    found = torch.stack([
+        (~(torch.isfinite(ref64) | excused)).any(), torch.isnan(out64).any(),
+        (torch.isinf(out64) & kept).any(), kept.sum(), ((error <= bound) & kept).sum(),
+        error.max(), relative.max(), ((ref64 != 0) & kept).any(), ((out64 != 0) & kept).any(),
+    ]).tolist()
+    ref_bad, has_nan, has_inf = (bool(flag) for flag in found[:3])
+    if ref_bad or has_nan or has_inf:
+        return _Tally(ref_bad, has_nan, has_inf)
+    if not found[3]:
+        return _Tally()
+    return _Tally(kept=int(found[3]), within=int(found[4]), max_abs=found[5], max_rel=found[6],
+                  ref_nonzero=bool(found[7]), out_nonzero=bool(found[8]))
 
 
 def _verdict(name: str, tally: _Tally, tolerance: Tolerance) -> Comparison:
