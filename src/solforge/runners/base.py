@@ -14,10 +14,11 @@ unaffected: each comes back on its own, the moment it is done.
 A runner given a deadline (`stop_starting_at`) starts no unit that could not end before it, by
 the longest of the last RECENT_UNITS units: a suite's units come in problem order and neighbours
 are alike, while the longest unit so far would hold back every later call's tail (H200,
-2026-12-03: one 140 s torch.compile baseline early in a call left 170 s of its 540 idle, among
-units of 4-27 s). The units still waiting then are withdrawn, never started, and left for a
-later run. A unit that runs past the deadline anyway can be stopped (`abandon`): it is
-withdrawn too, its partial work lost, so the caller ends on time with everything else kept.
+2026-12-03: after one 140 s torch.compile baseline early in a call, among units of 4-27 s, the
+call ended 173 s before its 575, about 110 s more than its margins). The units still waiting
+then are withdrawn, never started, and left for a later run. A unit that runs past the
+deadline anyway can be stopped (`abandon`): it is withdrawn too, its partial work lost, so the
+caller ends on time with everything else kept.
 
     with open_runner("local", "cpu", workers=2) as runner:
         for task in tasks:
