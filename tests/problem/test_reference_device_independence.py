@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 
+from solforge.harness.oracle import same_bits
 from solforge.problem import Problem, make_inputs, open_problem
 from solforge.problem.outputs import as_output_list
 from solforge.problem.reference import load_reference_module
@@ -95,15 +96,6 @@ def cuda_division() -> Iterator[list[str]]:
         for owner, name in IN_PLACE_DIVISIONS:
             patch.setattr(owner, name, emulating_in_place(getattr(owner, name), inexact))
         yield inexact
-
-
-def same_bits(left: Any, right: Any) -> bool:
-    if not isinstance(left, torch.Tensor):
-        return left == right
-    if left.dtype != right.dtype or left.shape != right.shape:
-        return False
-    integer = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[left.element_size()]
-    return torch.equal(left.view(integer), right.view(integer))
 
 
 def run_reference(problem: Problem, inputs: dict[str, Any]) -> list[Any]:

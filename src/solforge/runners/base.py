@@ -237,7 +237,6 @@ class TaskRunner(ABC):
         never start; all are withdrawn, for a later run to do."""
         self.withdrawn += [attempt.task for attempt in self._running_attempts]
         self.withdrawn += [attempt.task for attempt in self._waiting]
-        self._running_attempts.clear()
         self.close()
 
     def close(self) -> None:
