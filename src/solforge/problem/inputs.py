@@ -91,22 +91,22 @@ def random_tensor(name: str, shape: tuple[int, ...], dtype: DType, device: torch
     if dtype.name == "float8_e8m0fnu":
         exponents = torch.randint(124, 131, shape, device=device, generator=generator)
         return exponents.to(torch.uint8).view(torch.float8_e8m0fnu)
+    # Scaled in place: the float32 draw is the one temporary. A DeepSeek-V3 expert stack is
+    # 28 GiB in float32, and an out-of-place scale made a second one (the H200 ran out of memory).
     normal = torch.randn(shape, device=device, generator=generator, dtype=torch.float32)
     if dtype.elements_per_storage == 2:
-        return pack_fp4(normal * 2.0)
+        return pack_fp4(normal.mul_(2.0))
     if dtype.name.startswith("float8"):
         return normal.clamp_(-2.0, 2.0).to(torch_dtype)
     if _NORM_WEIGHT.search(lowered):
-        values = 1.0 + 0.05 * normal
+        normal.mul_(0.05).add_(1.0)
     elif _NORM_BIAS.search(lowered):
-        values = 0.05 * normal
+        normal.mul_(0.05)
     elif _POSITIVE.search(lowered):
-        values = normal.abs_() + 0.1
+        normal.abs_().add_(0.1)
     elif len(shape) >= 2 and _WEIGHT_MATRIX.search(lowered) and shape[-1] > 0:
-        values = normal / shape[-1] ** 0.5
-    else:
-        values = normal
-    return values.to(torch_dtype)
+        normal.div_(shape[-1] ** 0.5)
+    return normal.to(torch_dtype)
 
 
 def pack_fp4(values: torch.Tensor) -> torch.Tensor:
