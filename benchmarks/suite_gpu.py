@@ -29,6 +29,9 @@ NAME is --name: h200 by default on the GPU, cpu in CPU mode.
 
 `--device cpu` runs the CPU mode (smallest workloads, no scores): what
 tests/benchmarks/test_benchmark_scripts.py runs to keep this script working without a GPU.
+`--tables-only` benches nothing and needs no GPU: it writes the files again from OUTDIR/suite.db
+as it stands (after traces were deleted from it to be measured again), keeping the environment
+the earlier machine recorded in NAME-suite.json.
 """
 
 from __future__ import annotations
@@ -54,7 +57,13 @@ from script_common import fmt, log, no_time_for, recorded_environment  # noqa: E
 
 from solforge.bench.plan import find_solutions, plan_problems, solution_folders  # noqa: E402
 from solforge.bench.results import Measured, ProblemResults, read_results  # noqa: E402
-from solforge.bench.run import BenchConfig, BenchOutcome, run_bench  # noqa: E402
+from solforge.bench.run import (  # noqa: E402
+    BenchConfig,
+    BenchOutcome,
+    eval_config,
+    plan_units,
+    run_bench,
+)
 from solforge.bench.summary import (  # noqa: E402
     compile_line,
     solution_line,
@@ -66,6 +75,7 @@ from solforge.report import gather, render  # noqa: E402
 from solforge.report.tables import launch_bound, launch_floor_ms, reach  # noqa: E402
 from solforge.score import summarize  # noqa: E402
 from solforge.storage import open_store  # noqa: E402
+from solforge.store.schema import Run  # noqa: E402
 
 MARGIN_S = 30.0  # kept free at the end of a call for the tables and the report
 GOAL_FRACTION = 0.80  # median T_SOL / T_k of the shipped solutions
@@ -86,6 +96,12 @@ class Call:
     chunk: int = 1  # problems per `solforge bench` run; 0: all in one
 
 
+def baseline_of(call: Call) -> str:
+    """The T_b rule of `call.device`, asked without touching a device: --tables-only runs
+    where the measuring GPU is not."""
+    return resolve_run(call.device, remote=True).baseline
+
+
 def bench_until_deadline(call: Call, started: float) -> list[BenchOutcome]:
     """Bench the planned problems --chunk at a time while the time left allows the next chunk:
     one `solforge bench` run over several problems overlaps one problem's worker starts and
@@ -94,7 +110,7 @@ def bench_until_deadline(call: Call, started: float) -> list[BenchOutcome]:
     store = open_store(f"sqlite:///{call.out / 'suite.db'}")
     found = find_solutions(solution_folders([], bundled=True))
     problems = plan_problems(call.targets, found, call.device)
-    config = BenchConfig(device=call.device, baseline=resolve_run(call.device).baseline,
+    config = BenchConfig(device=call.device, baseline=baseline_of(call),
                          command=f"benchmarks/suite_gpu.py {' '.join(call.targets)}")
     outcomes: list[BenchOutcome] = []
     longest = 0.0
@@ -187,19 +203,39 @@ def goal(records: list[dict[str, Any]]) -> dict[str, Any]:
             "faster_met": len(shipped) >= GOAL_SHIPPED and len(faster) == len(shipped)}
 
 
-def write_tables(call: Call, outcomes: list[BenchOutcome]) -> dict[str, Any]:
+def stored_outcome(call: Call) -> BenchOutcome:
+    """The store as one bench outcome, with nothing run: the machine and the profile its
+    latest run of `call.device` recorded, every planned problem's rows (added where missing)."""
+    store = open_store(f"sqlite:///{call.out / 'suite.db'}", must_exist=True)
+    runs = [r for r in store.rows(Run) if r.device == call.device]
+    machines = {t.hardware for t in store.traces() if t.device == call.device}
+    if not runs or len(machines) != 1:
+        raise SolforgeError(f"{call.out / 'suite.db'}: expected the runs of one {call.device} "
+                            f"machine, found {len(runs)} runs on {sorted(machines)}")
+    config = BenchConfig(device=call.device, baseline=baseline_of(call))
+    found = find_solutions(solution_folders([], bundled=True))
+    problems = plan_problems(call.targets, found, call.device)
+    (hardware,) = machines
+    stored, _, skipped = plan_units(problems, store, eval_config(config, call.device),
+                                    torch.device(call.device), hardware, fresh=False)
+    profile = max(runs, key=lambda r: r.id).hardware
+    return BenchOutcome(0, call.device, hardware, profile, tuple(stored), 0, skipped, False, ())
+
+
+def write_tables(call: Call, outcomes: list[BenchOutcome],
+                 environment: dict[str, Any] | None = None) -> dict[str, Any]:
     """NAME-suite.{json,md} from the store: every problem benched by this or an earlier call."""
     store = open_store(f"sqlite:///{call.out / 'suite.db'}")
     found = find_solutions(solution_folders([], bundled=True))
     shipped = {s.name for solutions in found.by_definition.values() for s in solutions}
-    baseline = resolve_run(call.device).baseline
+    baseline = baseline_of(call)
     scored = call.device == "cuda"
     results = [r for outcome in outcomes for r in read_results(store, outcome)]
     records = [problem_record(r, baseline, scored, shipped, call.floor_ms) for r in results]
     tiers = [vars(line) for line in tier_lines(results, baseline, scored)]
     summary = {"what": "solforge bench over the bundled suite with the shipped solutions",
                "date": datetime.date.today().isoformat(),
-               "environment": recorded_environment(call.device),
+               "environment": environment or recorded_environment(call.device),
                "device": call.device, "baseline": baseline, "launch_floor_ms": call.floor_ms,
                "problems_benched": len(records), "tiers": tiers, "goal": goal(records),
                "problems": records}
@@ -282,9 +318,11 @@ def main() -> None:
                         help="problems per bench run (default: all on a GPU, 1 on the CPU)")
     parser.add_argument("--launch-floor", type=Path, default=None,
                         help="launch_floor.py's file (default: the newest recorded H200 one)")
+    parser.add_argument("--tables-only", action="store_true",
+                        help="bench nothing: write the files again from OUTDIR/suite.db")
     args = parser.parse_args()
     started = time.monotonic()
-    if args.device == "cuda" and not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available() and not args.tables_only:
         sys.exit("no CUDA GPU: run on the H200, or pass --device cpu")
     args.out.mkdir(parents=True, exist_ok=True)
     name = args.name or ("h200" if args.device == "cuda" else "cpu")
@@ -293,8 +331,13 @@ def main() -> None:
     call = Call(args.out.resolve(), args.targets, args.deadline_s, args.device, name,
                 floor_ms(args.launch_floor) if args.device == "cuda" else None,
                 args.chunk or (0 if args.device == "cuda" else 1))
-    outcomes = bench_until_deadline(call, started)
-    summary = write_tables(call, outcomes)
+    if args.tables_only:
+        earlier = call.out / f"{name}-suite.json"
+        environment = (json.loads(earlier.read_text())["environment"] if earlier.exists()
+                       else None)
+        summary = write_tables(call, [stored_outcome(call)], environment)
+    else:
+        summary = write_tables(call, bench_until_deadline(call, started))
     if summary["problems"]:
         write_report(call)
     else:

@@ -4,6 +4,7 @@ target, writes its files, resumes from the store, and stops for its deadline."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import time
@@ -44,6 +45,21 @@ def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path):
 
     again = _run(SUITE_SCRIPT, str(tmp_path), PROBLEM, "--device", "cpu")
     assert f"[1/1] {PROBLEM}: 0 measured, 2 already stored" in again.stdout
+
+    # --tables-only: the files again from the store as edited, the recorded environment kept
+    measured_on = {**summary["environment"], "summary": "the machine that measured"}
+    summary["environment"] = measured_on
+    (tmp_path / "cpu-suite.json").write_text(json.dumps(summary))
+    with sqlite3.connect(tmp_path / "suite.db") as db:
+        db.execute("DELETE FROM traces WHERE solution_id IN (SELECT id FROM solutions "
+                   "WHERE name NOT LIKE 'reference:%')")
+    tables = _run(SUITE_SCRIPT, str(tmp_path), PROBLEM, "--device", "cpu", "--tables-only")
+    assert "measured" not in tables.stdout
+    rewritten = json.loads((tmp_path / "cpu-suite.json").read_text())
+    assert rewritten["environment"] == measured_on
+    (kept,) = rewritten["problems"]
+    assert kept["eager_ms"] == record["eager_ms"]
+    assert rewritten["goal"]["shipped_solutions"] == 0
 
     late = _run(SUITE_SCRIPT, str(tmp_path / "late"), PROBLEM, "l1/add_rmsnorm_llama3_1_8b",
                 "--device", "cpu", "--deadline-s", "1", "--chunk", "2")

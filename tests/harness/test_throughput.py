@@ -8,6 +8,7 @@ import json
 import os
 import pickle
 import random
+import shutil
 import time
 from dataclasses import replace
 
@@ -22,11 +23,12 @@ from solforge.data.trace import Status
 from solforge.data.workload import InputSource
 from solforge.errors import SolforgeError
 from solforge.harness import phases, protocol
-from solforge.harness.baseline import BaselineCache, export_baselines, import_baselines
+from solforge.harness.baseline import BaselineCache, cache_key, export_baselines, import_baselines
 from solforge.harness.channel import Frame
 from solforge.harness.evaluate import EvalConfig, EvaluationRun, evaluate
 from solforge.harness.judge import reproducible_inputs
-from solforge.harness.oracle import ReferenceOracle, return_spare_memory, same_bits
+from solforge.harness.memory import SPARE_BYTES, return_spare_memory
+from solforge.harness.oracle import ReferenceOracle, same_bits
 from solforge.harness.pool import WorkerPool, shared_pool
 from solforge.harness.protocol import WorkerConfig
 from solforge.harness.startup import waited_steps
@@ -155,6 +157,23 @@ def test_baseline_store_ignores_unsigned_and_tampered_lines(tmp_path):
     assert store.get("k1") == 2.5
     assert BaselineCache(store.path, bytes(32)).get("k1") is None  # another key
     assert store.get("missing") is None
+
+
+def test_a_changed_reference_gets_another_baseline_key(tmp_path):
+    """The key covers the reference's source: a rewritten reference is timed again, never
+    served the old one's times."""
+    folder = tmp_path / "rewritten"
+    shutil.copytree(SMALL, folder)
+    problem = load_problem(SMALL)
+    workload = problem.workloads[0]
+    key, description = cache_key(problem, workload, "eager", {"hardware": "h"})
+    assert cache_key(load_problem(folder), workload, "eager", {"hardware": "h"})[0] == key
+    definition = json.loads((folder / "definition.json").read_text())
+    definition["reference"] += "\n# rewritten\n"
+    (folder / "definition.json").write_text(json.dumps(definition))
+    assert cache_key(load_problem(folder), workload, "eager", {"hardware": "h"})[0] != key
+    assert cache_key(problem, workload, "compile", {"hardware": "h"})[0] != key
+    assert description["definition"] == problem.name
 
 
 def test_baselines_export_and_import_resign_for_another_machine(tmp_path):
@@ -370,7 +389,7 @@ def test_the_oracle_returns_spare_memory_after_each_reference(tmp_path, monkeypa
 
     checked = []
     monkeypatch.setattr(oracle_module, "return_spare_memory",
-                        lambda device, spare_bytes=oracle_module._SPARE_BYTES:
+                        lambda device, spare_bytes=SPARE_BYTES:
                         checked.append(spare_bytes))
     problem = _custom_problem(tmp_path, SEEDED)
     workload = problem.workloads[0]
@@ -379,7 +398,7 @@ def test_the_oracle_returns_spare_memory_after_each_reference(tmp_path, monkeypa
     oracle.expected(workload, 3)
     oracle.release(workload)
     # made (inside the repeatability check), checked, referenced, released
-    spare = oracle_module._SPARE_BYTES
+    spare = SPARE_BYTES
     assert checked == [spare, spare, spare, 0]
 
 
@@ -422,7 +441,12 @@ class _OneFrame:
         return self.frame
 
 
-def test_a_baseline_worker_makes_its_inputs_from_the_seed_and_a_candidate_refuses_one():
+def test_a_baseline_worker_makes_its_inputs_from_the_seed_and_a_candidate_refuses_one(
+        monkeypatch):
+    from solforge.harness import worker as worker_module
+
+    returned = []
+    monkeypatch.setattr(worker_module, "return_spare_memory", returned.append)
     problem = load_problem(SMALL)
     workload = problem.workloads[0]
     meta = {"workload": workload.uuid, "phase": protocol.CALL_PHASE, "index": 3, "seed": 77}
@@ -437,6 +461,7 @@ def test_a_baseline_worker_makes_its_inputs_from_the_seed_and_a_candidate_refuse
     assert len(made) == len(expected)
     for mine, theirs in zip(made, expected):
         assert torch.equal(mine, theirs) if isinstance(theirs, torch.Tensor) else mine == theirs
+    assert returned == [torch.device("cpu")]  # the generator's draws go back to the GPU
     with pytest.raises(RuntimeError, match="a candidate's worker was sent a seed"):
         worker(protocol.CANDIDATE).receive_inputs(workload, protocol.CALL_PHASE, 3)
 

@@ -156,15 +156,15 @@ def _run(problems: list[BenchProblem], store: Store, config: BenchConfig, runner
          report: Reporter, until: float | None) -> BenchOutcome:
     machine = runner.machine
     profile = run_profile(config.hardware, machine.profile)
-    eval_config = _eval_config(config, machine.device_type)
+    unit_config = eval_config(config, machine.device_type)
     device = torch.device(machine.device_type)
-    stored, units, skipped = plan_units(problems, store, eval_config, device, machine.hardware,
+    stored, units, skipped = plan_units(problems, store, unit_config, device, machine.hardware,
                                         config.fresh)
     run_id = store.begin_run(config.command, device.type, profile.name,
                              machine.run_environment)
     recorder = Recorder(store, run_id, device.type, machine.hardware, report,
                         {s.address: s for s in stored})
-    dispatcher = UnitScheduler(runner, eval_config, report)
+    dispatcher = UnitScheduler(runner, unit_config, report)
     failures: list[str] = []
     report.start(sum(len(unit.workloads) for unit in units), skipped)
     status = "failed"
@@ -229,7 +229,7 @@ class Recorder:
         self.report.saved(trace)
 
 
-def _eval_config(config: BenchConfig, device_type: str) -> EvalConfig:
+def eval_config(config: BenchConfig, device_type: str) -> EvalConfig:
     """Each unit's configuration; the runner gives every unit a GPU of its own."""
     smallest = CPU_WORKLOADS if device_type == "cpu" else None
     return EvalConfig(device=device_type, hardware=config.hardware, baseline=config.baseline,

@@ -165,11 +165,14 @@ def import_baselines(cache: BaselineCache, source: Path) -> int:
 
 def cache_key(problem: Problem, workload: Workload, kind: str,
               context: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The key and a readable description of one baseline measurement."""
+    """The key and a readable description of one baseline measurement. The key covers the
+    whole definition, reference included, so a changed reference is timed again. (Until
+    2026-12-03 the description's `definition`, the name, overwrote the definition's content
+    here, and the H200 bench served a rewritten reference the old reference's times.)"""
     description = {"definition": problem.name, "workload": workload.uuid, "kind": kind,
                    **context}
-    material = {"definition": problem.definition.to_dict(), "workload": workload.to_dict(),
-                **description}
+    material = {**description, "content": problem.definition.to_dict(),
+                "workload": workload.to_dict()}
     digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
     return digest, description
 

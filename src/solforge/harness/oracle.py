@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from solforge.data.workload import Workload
+from solforge.harness.memory import return_spare_memory
 from solforge.problem.inputs import make_inputs
 from solforge.problem.outputs import OutputMismatch, as_output_list, check_outputs
 from solforge.problem.problem import Problem, tensor_shape
@@ -28,7 +29,6 @@ class ReferenceFailure(Exception):
 
 
 _KEPT_REFERENCES = 4
-_SPARE_BYTES = 1 << 30  # freed device memory the driver may keep cached between rounds
 
 
 class ReferenceOracle:
@@ -112,19 +112,6 @@ class ReferenceOracle:
         except Exception as exc:
             raise ReferenceFailure(f"reference raised {describe_exception(exc)}") from None
         return values
-
-
-def return_spare_memory(device: torch.device, spare_bytes: int = _SPARE_BYTES) -> None:
-    """Give the caching allocator's freed blocks back to the GPU when more than `spare_bytes`
-    sit unused. The driver's reference and its repeatability check leave their temporaries
-    cached, out of the worker's reach: on the H200 a MoE block's driver (22 GB of inputs, a
-    reference that makes a 28 GiB float32 copy of the weights) held 98.6 GiB while its worker
-    failed to allocate that same copy. Below the threshold the blocks stay cached, so small
-    problems pay no cudaMalloc for the next round."""
-    if device.type != "cuda":
-        return
-    if torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device) > spare_bytes:
-        torch.cuda.empty_cache()
 
 
 def same_bits(a: Any, b: Any) -> bool:

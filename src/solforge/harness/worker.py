@@ -45,6 +45,7 @@ from solforge.harness import handover, protocol, signals, startup, vmm
 from solforge.harness.area import TO_DRIVER, TO_WORKER, Area
 from solforge.harness.channel import Frame, FrameReader, FrameWriter
 from solforge.harness.guards import Guards, Violation
+from solforge.harness.memory import return_spare_memory
 from solforge.harness.protocol import WorkerConfig
 from solforge.measure.timing import ForgedRange, StopRule, Timing, TimingError, time_iterations
 from solforge.problem.inputs import make_inputs
@@ -312,7 +313,9 @@ class Worker:
         if seed is not None:
             if self.config.role == protocol.CANDIDATE:  # a seed told is a seed precomputed
                 raise RuntimeError("protocol: a candidate's worker was sent a seed")
-            return list(make_inputs(self.problem, workload, self.device, int(seed)).values())
+            inputs = list(make_inputs(self.problem, workload, self.device, int(seed)).values())
+            return_spare_memory(self.device)  # the draws, for the driver's next allocation
+            return inputs
         shared = frame.meta.get("shared")
         if shared is not None:  # device tensors through CUDA IPC, copied to our own memory
             return handover.receive_values(frame.values, shared, self.device)
