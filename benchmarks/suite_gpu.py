@@ -25,6 +25,8 @@ Then, from everything the store holds:
                              faster_than_compile}, merged with forge_gpu.py's keys
     OUTDIR/NAME-suite.md     the same as tables
     OUTDIR/NAME-suite-report.html   `solforge report` of the store
+    OUTDIR/NAME-suite-phases.json   the call's units' phases, summed (also in the log, with a
+                             line per unit that ended: its seconds)
 NAME is --name: h200 by default on the GPU, cpu in CPU mode.
 
 `--device cpu` runs the CPU mode (smallest workloads, no scores): what
@@ -71,6 +73,7 @@ from solforge.bench.summary import (  # noqa: E402
 )
 from solforge.defaults import resolve_run  # noqa: E402
 from solforge.errors import SolforgeError  # noqa: E402
+from solforge.harness.phases import format_table, merge  # noqa: E402
 from solforge.report import gather, render  # noqa: E402
 from solforge.report.tables import launch_bound, launch_floor_ms, reach  # noqa: E402
 from solforge.score import summarize  # noqa: E402
@@ -94,6 +97,30 @@ class Call:
     name: str  # the files' prefix
     floor_ms: float | None = None  # the launch floor; None on the CPU
     chunk: int = 1  # problems per `solforge bench` run; 0: all in one
+
+
+class UnitLog:
+    """The bench's reporter here: a line per unit that ends (its seconds and slot) or comes
+    from the baseline store, so a call's log says which units took its time."""
+
+    def start(self, total: int, skipped: int) -> None:
+        return None
+
+    def working_on(self, text: str) -> None:
+        if ": done on " in text or "from the baseline store" in text:
+            log(f"    {text}")
+
+    def saved(self, trace: Any) -> None:
+        return None
+
+
+def save_phases(call: Call, outcomes: list[BenchOutcome]) -> None:
+    """NAME-suite-phases.json: this call's units' phase table, summed (harness/phases.py), the
+    per-phase account of where a call's bench time went."""
+    table = merge([o.phases for o in outcomes])
+    (call.out / f"{call.name}-suite-phases.json").write_text(json.dumps(table, indent=1) + "\n")
+    if table:
+        log("phases of this call's units:\n" + format_table(table))
 
 
 def baseline_of(call: Call) -> str:
@@ -122,7 +149,8 @@ def bench_until_deadline(call: Call, started: float) -> list[BenchOutcome]:
         if no_time_for(addresses, left, longest, MARGIN_S):
             break
         begun = time.monotonic()
-        outcome = run_bench(chunk, store, replace(config, deadline_s=max(1.0, left - MARGIN_S)))
+        outcome = run_bench(chunk, store, replace(config, deadline_s=max(1.0, left - MARGIN_S)),
+                            UnitLog())
         longest = max(longest, time.monotonic() - begun)
         outcomes.append(outcome)
         numbers = (f"{first + 1}" if len(chunk) == 1
@@ -337,7 +365,9 @@ def main() -> None:
                        else None)
         summary = write_tables(call, [stored_outcome(call)], environment)
     else:
-        summary = write_tables(call, bench_until_deadline(call, started))
+        outcomes = bench_until_deadline(call, started)
+        save_phases(call, outcomes)
+        summary = write_tables(call, outcomes)
     if summary["problems"]:
         write_report(call)
     else:

@@ -28,6 +28,10 @@ def _run(script: Path, *args: str) -> subprocess.CompletedProcess:
 def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path):
     first = _run(SUITE_SCRIPT, str(tmp_path), PROBLEM, "--device", "cpu")
     assert f"[1/1] {PROBLEM}: 2 measured, 0 already stored" in first.stdout
+    ended = first.stdout.count(": done on ") + first.stdout.count("from the baseline store")
+    assert ended == 2  # a line per unit: its seconds, or that the baseline store had it
+    phases = json.loads((tmp_path / "cpu-suite-phases.json").read_text())
+    assert phases and all(e["seconds"] >= 0 and e["count"] >= 1 for e in phases.values())
     summary = json.loads((tmp_path / "cpu-suite.json").read_text())
     (record,) = summary["problems"]
     assert record["problem"] == PROBLEM and record["eager_ms"] > 0 and record["t_sol_ms"] > 0
