@@ -22,8 +22,7 @@ from solforge.harness.baseline import EXPORT_FORMAT, cache_key
 from solforge.problem import open_problem
 from solforge.problem.suite import bundled_problem_dirs
 
-CONTEXT_KEYS = ("driver", "hardware", "iterations", "libs", "max_sm_clock_mhz", "method",
-                "min_iterations", "warmup")
+NOT_CONTEXT = ("key", "median_ms", "mac", "trace", "definition", "workload", "kind")
 
 
 def last_change(folder: Path) -> datetime:
@@ -64,7 +63,7 @@ def rekey(entries: list[dict]) -> tuple[list[dict], dict[str, int]]:
         if workload is None:
             dropped["workload gone"] += 1
             continue
-        context = {k: entry[k] for k in CONTEXT_KEYS if k in entry}
+        context = {k: v for k, v in entry.items() if k not in NOT_CONTEXT}  # machine, timing
         key, description = cache_key(problem, workload, entry["kind"], context)
         kept.append({**entry, **description, "key": key})
     return kept, dropped

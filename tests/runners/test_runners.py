@@ -534,7 +534,7 @@ def test_bench_stops_a_unit_still_running_at_its_deadline_and_leaves_it(tmp_path
     abandon = base.TaskRunner.abandon
 
     def spied(runner: base.TaskRunner) -> None:
-        stopped.extend(attempt.task.key for attempt in runner._running_attempts)
+        stopped.extend(attempt.task.key for attempt in runner._running)
         abandon(runner)
 
     monkeypatch.setattr(base.TaskRunner, "abandon", spied)

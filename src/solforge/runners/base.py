@@ -174,8 +174,7 @@ class TaskRunner(ABC):
         self.retries = retries
         self._in_flight_limit = in_flight  # None: hand everything to the backend at once
         self._waiting: deque[Attempt] = deque()
-        self._running = 0
-        self._running_attempts: list[Attempt] = []  # in the order they started
+        self._running: list[Attempt] = []  # in the order they started
         self.deadline: float | None = None  # time.monotonic(): start no unit that ends later
         self.withdrawn: list[EvalTask] = []  # units the deadline kept from starting, or stopped
         self._recent_s: deque[float] = deque(maxlen=RECENT_UNITS)  # the last units' seconds
@@ -183,7 +182,7 @@ class TaskRunner(ABC):
     @property
     def pending(self) -> int:
         """Units submitted whose result has not been handed back yet."""
-        return len(self._waiting) + self._running
+        return len(self._waiting) + len(self._running)
 
     def submit(self, task: EvalTask, first: bool = False) -> None:
         """Queue a unit: behind those waiting, or ahead of them (`first`)."""
@@ -212,8 +211,7 @@ class TaskRunner(ABC):
             if ended is None:
                 return None
             attempt, end = ended
-            self._running -= 1
-            self._forget_running(attempt)
+            self._running = [a for a in self._running if a is not attempt]
             self._recent_s.append(end.seconds)
             if end.outcome is None and attempt.number <= self.retries:
                 attempt.reasons.append(end.reason)
@@ -235,16 +233,15 @@ class TaskRunner(ABC):
     def abandon(self) -> None:
         """Stop every unit now, recording none: those running are killed and those waiting
         never start; all are withdrawn, for a later run to do."""
-        self.withdrawn += [attempt.task for attempt in self._running_attempts]
+        self.withdrawn += [attempt.task for attempt in self._running]
         self.withdrawn += [attempt.task for attempt in self._waiting]
         self.close()
 
     def close(self) -> None:
         """Stop every unit still running; their results are not wanted any more."""
         self._waiting.clear()
-        self._running_attempts.clear()
+        self._running.clear()
         self._stop_all()
-        self._running = 0
 
     def __enter__(self) -> TaskRunner:
         return self
@@ -261,17 +258,13 @@ class TaskRunner(ABC):
             self._waiting.clear()
             return
         limit = self._in_flight_limit
-        while self._waiting and (limit is None or self._running < limit):
+        while self._waiting and (limit is None or len(self._running) < limit):
             attempt = next((a for a in self._waiting if self._ready(a)), None)
             if attempt is None:
                 return
             self._waiting.remove(attempt)
-            self._running_attempts.append(attempt)
+            self._running.append(attempt)
             self._start(attempt)
-            self._running += 1
-
-    def _forget_running(self, attempt: Attempt) -> None:
-        self._running_attempts = [a for a in self._running_attempts if a is not attempt]
 
     def _ready(self, attempt: Attempt) -> bool:
         """Whether an attempt can take a slot now (a runner compiling ahead says no until its
