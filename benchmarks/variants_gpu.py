@@ -54,6 +54,7 @@ DEFAULT = (
     "l1/swiglu_llama3_1_8b=swiglu",
     "l1/swiglu_qwen3_32b=swiglu",
     "l1/swiglu_deepseek_v3_experts=swiglu",
+    "l2/swiglu_mlp_llama3_1_8b=swiglu_mlp",
 )
 OUT = REPO / "benchmarks" / "results" / "h200-variants.json"
 
