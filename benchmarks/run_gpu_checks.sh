@@ -17,6 +17,9 @@
 #           hgemm        the HGEMM tuner and benchmark (issue 7; carry nvmath-python)
 #           sandbox      the sandbox's cost per candidate on the GPU (benchmarks/sandbox_cost.py)
 #           floor        the launch floor: near-empty kernels, cold and warm L2
+#           variants     kernel variants against the shipped solutions, eager and torch.compile
+#                        on each problem's largest workload (benchmarks/variants_gpu.py, its
+#                        default problems; about a minute)
 #           gap          whether a kernel-only time carries the GPU's idle gap before the launch
 #                        (benchmarks/hgemm_gap_probe.py; issue 15's benchmark bias, about 20 s)
 #           examples     the public example solutions in $EXAMPLES (folders, space-separated:
@@ -169,6 +172,11 @@ stage_floor() {
     "$python" benchmarks/launch_floor.py -o "$out/launch-floor.json" 2>&1 | tee "$out/floor.log"
 }
 
+stage_variants() {
+    "$python" benchmarks/variants_gpu.py -o "$out/variants.json" --largest 1 2>&1 \
+        | tee "$out/variants.log"
+}
+
 stage_gap() {
     "$python" benchmarks/hgemm_gap_probe.py -o "$out/hgemm-gap-probe.json" 2>&1 \
         | tee "$out/gap.log"
@@ -225,6 +233,7 @@ for stage in "${stages[@]}"; do
         sandbox) run_stage sandbox sandbox-cost.json stage_sandbox ;;
         floor) run_stage floor launch-floor.json stage_floor ;;
         gap) run_stage gap hgemm-gap-probe.json stage_gap ;;
+        variants) run_stage variants variants.json stage_variants ;;
         examples) run_stage examples "" stage_examples ;;
         libraries) run_stage libraries "" stage_libraries ;;
         phases) run_stage phases phases.json stage_phases ;;
