@@ -14,7 +14,7 @@ cold L2 (solforge's timer and stop rule), and the medians and each one's ratio t
 torch.compile written to OUT.json (default benchmarks/results/h200-variants.json) with the
 environment. `--device cpu` runs one smallest workload under Triton's interpreter with host
 timing: the numbers mean nothing, it keeps the script working without a GPU
-(tests/benchmarks/test_benchmark_scripts.py).
+(tests/benchmarks/test_variants.py).
 """
 
 from __future__ import annotations
@@ -79,10 +79,6 @@ def _import(path: Path) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def destination(run: Callable, outputs: list[torch.Tensor]) -> Callable:
-    return lambda *inputs: run(*inputs, *outputs)
 
 
 def time_ms(call: Callable[[], Any], device: str) -> dict[str, Any]:
