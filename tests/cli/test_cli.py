@@ -66,27 +66,33 @@ COMMANDS = [[], ["bench"], ["eval"], ["analyze"], ["check"], ["optimize"], ["rep
             ["export"], ["import-traces"], ["problems", "list"], ["hardware", "show"],
             ["hgemm", "tune"], ["archive", "show"], ["calibrate"], ["import", "kernelbench"]]
 
-# Every command's help in one fresh interpreter: torch must stay unimported throughout.
+# Every command's help in one fresh interpreter: torch must stay unimported throughout. Printed:
+# the CPU seconds of the import, of the slowest help, and whether torch was loaded.
 _EVERY_HELP = f"""
 import sys, time
 from typer.testing import CliRunner
 start = time.process_time()
 from solforge.cli import app
+imported = time.process_time() - start
+slowest = 0.0
 for command in {COMMANDS!r}:
+    began = time.process_time()
     result = CliRunner().invoke(app, [*command, "--help"])
+    slowest = max(slowest, time.process_time() - began)
     assert result.exit_code == 0 and "Usage" in result.output, (command, result.output)
-print(time.process_time() - start, "torch" in sys.modules)
+print(imported, slowest, "torch" in sys.modules)
 """
 
 
 def test_every_help_is_fast_and_imports_no_torch():
-    """CPU time (what a busy machine cannot inflate) of importing the CLI and printing every
-    command's help: well under the 1 s one help may take; torch is never imported."""
+    """CPU time (what a busy machine cannot inflate) of importing the CLI plus its slowest
+    command's help, which is what one `solforge X --help` pays: well under 1 s; torch is never
+    imported by any of them."""
     done = _subprocess(_EVERY_HELP)
     assert done.returncode == 0, done.stderr
-    seconds, torch_loaded = done.stdout.split()
+    imported, slowest, torch_loaded = done.stdout.split()
     assert torch_loaded == "False"
-    assert float(seconds) < 1.0
+    assert float(imported) + float(slowest) < 1.0, (imported, slowest)
 
 
 def test_solforge_help_takes_under_a_second():

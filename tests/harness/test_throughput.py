@@ -129,17 +129,36 @@ def test_median_halfwidth_shrinks_with_samples_and_noise():
     assert enough_iterations(noisy, rule, cap=20)  # the cap ends it
 
 
-def test_timing_stops_once_the_median_is_known():
+class _FakeClock:
+    """A host clock that only moves when a timed call says so: the stopping rule is tested on
+    exact durations, not on how busy the machine running the tests is."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def spend(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_timing_stops_once_the_median_is_known(monkeypatch):
+    clock = _FakeClock()
+    monkeypatch.setattr("solforge.measure.timing.time", clock)
     calls: list[int] = []
     rule = StopRule(min_iterations=20, chunk=5)
-    steady = time_iterations(lambda i: time.sleep(0.005), iterations=60, warmup=2,
-                             method="cpu", before_iteration=calls.append, stop=rule)
-    assert 20 <= len(steady.times_ms) < 60
+    steady = time_iterations(lambda i: clock.spend(0.005 * (1 + 1e-4 * (i % 3))), iterations=60,
+                             warmup=2, method="cpu", before_iteration=calls.append, stop=rule)
+    assert len(steady.times_ms) == 20  # known to 1% after the minimum
     assert calls == list(range(2 + len(steady.times_ms)))  # every call has its own index
     rng = random.Random(1)
-    noisy = time_iterations(lambda i: time.sleep(rng.choice((0.0005, 0.004))), iterations=30,
+    noisy = time_iterations(lambda i: clock.spend(rng.choice((0.0005, 0.004))), iterations=30,
                             warmup=0, method="cpu", stop=rule)
     assert len(noisy.times_ms) == 30  # never known to 1%: stopped at the cap
+    slow_start = time_iterations(lambda i: clock.spend(0.0015 if i < 8 else 0.001),
+                                 iterations=60, warmup=0, method="cpu", stop=rule)
+    assert len(slow_start.times_ms) == 30  # 8 slow calls: two more chunks of 5 to know it
     fixed = time_iterations(lambda i: None, iterations=7, warmup=1, method="cpu")
     assert len(fixed.times_ms) == 7
 
