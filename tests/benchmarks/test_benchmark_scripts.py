@@ -4,6 +4,7 @@ target, writes its files, resumes from the store, and stops for its deadline."""
 from __future__ import annotations
 
 import json
+import runpy
 import sqlite3
 import subprocess
 import sys
@@ -24,8 +25,36 @@ def _run(script: Path, *args: str) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.fixture
+def run_here(monkeypatch, capsys):
+    """A later call of a script, run as its command line runs it (`__main__`) but in this
+    process, without a fresh interpreter's seconds of importing torch and solforge: what it
+    printed and the status a process would exit with (`sys.exit(message)`: the message on
+    stderr, status 1; any other exception fails the test with its traceback)."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # a script puts src/ and benchmarks/ first
+
+    def run(script: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        monkeypatch.setattr(sys, "argv", [str(script), *args])
+        capsys.readouterr()
+        try:
+            runpy.run_path(str(script), run_name="__main__")
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+        out, err = capsys.readouterr()
+        if isinstance(code, str):
+            err, code = f"{err}{code}\n", 1
+        done = subprocess.CompletedProcess([script.name, *args], code or 0, out, err)
+        if check:
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done
+
+    return run
+
+
 @pytest.mark.slow
-def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path):
+def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path, run_here):
     first = _run(SUITE_SCRIPT, str(tmp_path), PROBLEM, "--device", "cpu")
     assert f"[1/1] {PROBLEM}: 2 measured, 0 already stored" in first.stdout
     ended = first.stdout.count(": done on ") + first.stdout.count("from the baseline store")
@@ -47,7 +76,7 @@ def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path):
     assert goals["suite_problems"] == 1
     assert goals["shipped"]["problems"] == 1 and goals["shipped"]["median_fraction_of_sol"] is None
 
-    again = _run(SUITE_SCRIPT, str(tmp_path), PROBLEM, "--device", "cpu")
+    again = run_here(SUITE_SCRIPT, str(tmp_path), PROBLEM, "--device", "cpu")
     assert f"[1/1] {PROBLEM}: 0 measured, 2 already stored" in again.stdout
 
     # --tables-only: the files again from the store as edited, the recorded environment kept
@@ -57,7 +86,7 @@ def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path):
     with sqlite3.connect(tmp_path / "suite.db") as db:
         db.execute("DELETE FROM traces WHERE solution_id IN (SELECT id FROM solutions "
                    "WHERE name NOT LIKE 'reference:%')")
-    tables = _run(SUITE_SCRIPT, str(tmp_path), PROBLEM, "--device", "cpu", "--tables-only")
+    tables = run_here(SUITE_SCRIPT, str(tmp_path), PROBLEM, "--device", "cpu", "--tables-only")
     assert "measured" not in tables.stdout
     rewritten = json.loads((tmp_path / "cpu-suite.json").read_text())
     assert rewritten["environment"] == measured_on
@@ -65,8 +94,8 @@ def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path):
     assert kept["eager_ms"] == record["eager_ms"]
     assert rewritten["goal"]["shipped_solutions"] == 0
 
-    late = _run(SUITE_SCRIPT, str(tmp_path / "late"), PROBLEM, "l1/add_rmsnorm_llama3_1_8b",
-                "--device", "cpu", "--deadline-s", "1", "--chunk", "2")
+    late = run_here(SUITE_SCRIPT, str(tmp_path / "late"), PROBLEM, "l1/add_rmsnorm_llama3_1_8b",
+                    "--device", "cpu", "--deadline-s", "1", "--chunk", "2")
     (line,) = [x for x in late.stdout.splitlines() if "stopping before" in x]
     assert PROBLEM in line and "l1/add_rmsnorm_llama3_1_8b" in line  # one run of two
     assert json.loads((tmp_path / "late" / "cpu-suite.json").read_text())["problems"] == []
@@ -76,7 +105,7 @@ FORGE_SCRIPT = REPO / "benchmarks" / "forge_gpu.py"
 
 
 @pytest.mark.slow
-def test_forge_script_searches_records_resumes_and_reports_the_goal(tmp_path):
+def test_forge_script_searches_records_resumes_and_reports_the_goal(tmp_path, run_here):
     first = _run(FORGE_SCRIPT, str(tmp_path), PROBLEM, "--budget", "2", "--device", "cpu")
     assert f"[1/1] {PROBLEM}: 2 judged" in first.stdout
     summary = json.loads((tmp_path / "cpu-forge.json").read_text())
@@ -93,7 +122,7 @@ def test_forge_script_searches_records_resumes_and_reports_the_goal(tmp_path):
     goals = json.loads((tmp_path / "cpu-goals.json").read_text())
     assert goals["forge"]["problems"] == 1 and goals["forge"]["median_fraction_of_sol"] is None
 
-    again = _run(FORGE_SCRIPT, str(tmp_path), PROBLEM, "--budget", "2", "--device", "cpu")
+    again = run_here(FORGE_SCRIPT, str(tmp_path), PROBLEM, "--budget", "2", "--device", "cpu")
     assert "judged" not in again.stdout  # the problem is done: nothing searched again
     assert len((tmp_path / "cpu-forge.jsonl").read_text().splitlines()) == 1  # done: skipped
 
@@ -142,11 +171,10 @@ def test_a_forge_search_cut_by_the_deadline_goes_on_in_the_next_call(tmp_path, m
 
 
 @pytest.mark.slow
-def test_a_bad_target_is_a_message_not_a_traceback(tmp_path):
+def test_a_bad_target_is_a_message_not_a_traceback(tmp_path, run_here):
     for script in (SUITE_SCRIPT, FORGE_SCRIPT):
-        done = subprocess.run([sys.executable, str(script), str(tmp_path), "l1/no_such_problem",
-                               "--device", "cpu"], capture_output=True, text=True, timeout=300,
-                              cwd=REPO)
+        done = run_here(script, str(tmp_path), "l1/no_such_problem", "--device", "cpu",
+                        check=False)
         assert done.returncode == 1
         assert f"{script.name}: l1/no_such_problem" in done.stderr
         assert "Traceback" not in done.stderr
@@ -156,7 +184,7 @@ THROUGHPUT_SCRIPT = REPO / "benchmarks" / "throughput_gpu.py"
 
 
 @pytest.mark.slow
-def test_throughput_script_measures_every_stage_and_resumes(tmp_path):
+def test_throughput_script_measures_every_stage_and_resumes(tmp_path, run_here):
     args = (str(tmp_path), "--device", "cpu", "--name", "cpu", "--candidates", "2",
             "--problems", PROBLEM, "--before", "1", "--suite-sample", "1")
     _run(THROUGHPUT_SCRIPT, *args)
@@ -172,7 +200,7 @@ def test_throughput_script_measures_every_stage_and_resumes(tmp_path):
     exported = json.loads((tmp_path / "cpu-baselines.json").read_text())
     assert exported["baselines"] and exported["format"] == "solforge-baselines/1"
     assert record["optimizer"]["problems_left"] == []
-    again = _run(THROUGHPUT_SCRIPT, *args)  # every stage and problem is in the state folder
+    again = run_here(THROUGHPUT_SCRIPT, *args)  # every stage and problem is in the state folder
     assert again.stdout.count("done in an earlier call") == 2  # before, suite
     assert f"{PROBLEM}: searched in an earlier call" in again.stdout
     assert json.loads((tmp_path / "cpu-throughput.json").read_text())["candidates"] == 2
@@ -223,7 +251,7 @@ EXAMPLES = REPO / "tests" / "fixtures" / "examples"
 
 
 @pytest.mark.slow
-def test_examples_script_judges_both_layouts_and_resumes(tmp_path):
+def test_examples_script_judges_both_layouts_and_resumes(tmp_path, run_here):
     """A SOL-ExecBench example folder (reference.py beside the definition, value-returning
     solution) and a FlashInfer-Bench trace set (destination passing) are built and judged."""
     out = tmp_path / "examples.json"
@@ -237,9 +265,10 @@ def test_examples_script_judges_both_layouts_and_resumes(tmp_path):
     for record in records.values():
         assert record["status"] == "PASSED" and record["statuses"] == ["PASSED"]
         assert record["build_seconds"] == 0.0 and record["latency_ms"][0] > 0
-    again = _run(EXAMPLES_SCRIPT, *roots, "--device", "cpu", "-o", str(out))
+    again = run_here(EXAMPLES_SCRIPT, *roots, "--device", "cpu", "-o", str(out))
     assert "judging" not in again.stdout  # resumed: nothing evaluated twice
-    redo = _run(EXAMPLES_SCRIPT, *roots, "--device", "cpu", "-o", str(out), "--again", "Tiny-Trace")
+    redo = run_here(EXAMPLES_SCRIPT, *roots, "--device", "cpu", "-o", str(out),
+                    "--again", "Tiny-Trace")
     assert redo.stdout.count("judging") == 1 and "Tiny-Trace" in redo.stdout
     kept = {r["example"]: r for r in json.loads(out.read_text())["examples"]}
     assert set(kept) == set(records) and all(r["date"] for r in kept.values())

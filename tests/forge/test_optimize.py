@@ -3,13 +3,14 @@ OpenAI-compatible server, reruns reuse what the store holds, and a hack never be
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from helpers import TESTS
+from typer.testing import CliRunner
 
+from solforge.cli import app
 from solforge.forge import archive
 from solforge.forge.llm import LLMConfig
 from solforge.forge.loop import OptimizeConfig, OptimizeError, Optimizer
@@ -91,18 +92,18 @@ def test_the_llm_proposer_needs_an_endpoint():
 
 
 @pytest.mark.slow
-def test_cli_optimize_writes_the_best_and_shows_the_archive(tmp_path):
+def test_cli_optimize_writes_the_best_and_shows_the_archive(tmp_path, monkeypatch):
+    """Both commands in this process (tests/cli runs `python -m solforge` itself)."""
+    monkeypatch.chdir(tmp_path)
     db = f"sqlite:///{tmp_path / 'forge.db'}"
     best = tmp_path / "best.json"
-    common = {"cwd": tmp_path, "capture_output": True, "text": True}
-    done = subprocess.run([sys.executable, "-m", "solforge", "optimize", str(PROBLEM),
-                           "--device", "cpu", "--budget", "1", "--db", db, "-o", str(best)],
-                          **common)
-    assert done.returncode == 0, done.stderr
+    runner = CliRunner()
+    done = runner.invoke(app, ["optimize", str(PROBLEM), "--device", "cpu", "--budget", "1",
+                               "--db", db, "-o", str(best)])
+    assert done.exit_code == 0, done.output
     assert best.is_file() and "best:" in done.stdout
-    shown = subprocess.run([sys.executable, "-m", "solforge", "archive", "show", str(PROBLEM),
-                            "--db", db], **common)
-    assert shown.returncode == 0, shown.stderr
+    shown = runner.invoke(app, ["archive", "show", str(PROBLEM), "--db", db])
+    assert shown.exit_code == 0, shown.output
     assert "memory \\ compute" in shown.stdout and "elites, best first" in shown.stdout
 
 

@@ -23,7 +23,13 @@ from solforge.data.trace import Status
 from solforge.data.workload import InputSource
 from solforge.errors import SolforgeError
 from solforge.harness import phases, protocol
-from solforge.harness.baseline import BaselineCache, cache_key, export_baselines, import_baselines
+from solforge.harness.baseline import (
+    BaselineCache,
+    cache_key,
+    export_baselines,
+    import_baselines,
+    signing_key,
+)
 from solforge.harness.channel import Frame
 from solforge.harness.evaluate import EvalConfig, EvaluationRun, evaluate
 from solforge.harness.judge import reproducible_inputs
@@ -176,6 +182,18 @@ def test_baseline_store_ignores_unsigned_and_tampered_lines(tmp_path):
     assert store.get("k1") == 2.5
     assert BaselineCache(store.path, bytes(32)).get("k1") is None  # another key
     assert store.get("missing") is None
+
+
+def test_a_key_created_by_another_process_meanwhile_is_the_one_read(tmp_path, monkeypatch):
+    """Several units starting at once on a fresh machine: one finds no key, and another
+    process's key is in place before it writes its own. It reads that key: no error that the
+    file exists, no second key, no draft left behind."""
+    path = tmp_path / "config" / "baseline.key"
+    theirs = signing_key(path)  # the other process, first
+    monkeypatch.setattr(type(path), "is_file", lambda self: False)  # our check came before
+    assert signing_key(path) == theirs
+    assert [p.name for p in path.parent.iterdir()] == ["baseline.key"]
+    assert path.stat().st_mode & 0o777 == 0o600
 
 
 def test_a_changed_reference_gets_another_baseline_key(tmp_path):

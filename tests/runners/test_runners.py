@@ -424,9 +424,10 @@ def test_cli_optimize_on_a_ray_cluster(tmp_path, ray_address, monkeypatch):
                                       "--budget", "2", "--db", db,
                                       "-o", str(tmp_path / "best.json")])
     assert result.exit_code == 0, result.output
-    assert "judging up to 2 candidates at once" in result.output
-    assert f"judged on ray:{RAY_HOST}" in result.output
-    assert "judged 2 candidates" in result.output
+    said = " ".join(result.output.split())  # as wrapped at the console's width, joined
+    assert "judging up to 2 candidates at once" in said
+    assert f"judged on ray:{RAY_HOST}" in said, result.output
+    assert "judged 2 candidates" in said
     best = json.loads((tmp_path / "best.json").read_text())
     assert best["definition"] == "rmsnorm_small"
 

@@ -22,6 +22,7 @@ user's decision to trust that file, like importing traces.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -53,17 +54,29 @@ def baseline_key_path() -> Path:
 
 
 def signing_key(path: Path | None = None) -> bytes:
-    """The store's HMAC key, created (32 random bytes, mode 0600) when missing."""
+    """The store's HMAC key, created (32 random bytes, mode 0600) when missing. Several
+    processes may start at once on a fresh machine: the key is written to a file of its own and
+    linked into place, so every one of them reads the one complete key that won."""
     path = path or baseline_key_path()
     if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w") as out:
-            out.write(secrets.token_hex(32))
+        _create_key(path)
     try:
         return bytes.fromhex(path.read_text().strip())
     except ValueError:
         raise SolforgeError(f"{path}: not a baseline key (64 hex digits)") from None
+
+
+def _create_key(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "w") as out:
+            out.write(secrets.token_hex(32))
+        with contextlib.suppress(FileExistsError):  # another process linked its key first
+            os.link(draft, path)
+    finally:
+        draft.unlink(missing_ok=True)
 
 
 def _mac(key: bytes, entry: dict[str, Any]) -> str:
