@@ -45,6 +45,7 @@ from solforge.harness import handover, protocol, signals, startup, vmm
 from solforge.harness.area import TO_DRIVER, TO_WORKER, Area
 from solforge.harness.channel import Frame, FrameReader, FrameWriter
 from solforge.harness.guards import Guards, Violation
+from solforge.harness.hold import OtherThreadsHeld
 from solforge.harness.memory import return_spare_memory
 from solforge.harness.protocol import WorkerConfig
 from solforge.measure.timing import ForgedRange, StopRule, Timing, TimingError, time_iterations
@@ -101,6 +102,7 @@ class Worker:
         self.handed_over: tuple[list[Any], str] | None = None  # last round's outputs, digest
         self.watched_late_writes = False
         self.collector_was_on = gc.isenabled()  # restored once a call's outputs are handed over
+        self.held = OtherThreadsHeld()  # from a call's return until its outputs are handed over
         self.collector_turned_on = False  # by the candidate, during its last call
         self.signals_unblocked = 0  # the signals the last call unblocked (signals.py)
         self.frame_arrived = 0.0  # perf_counter() when the last inputs' frame was read
@@ -200,6 +202,7 @@ class Worker:
                 slots = self._output_slots(frame.meta.get("slots"))
                 self._evaluate(workload, int(frame.meta["rounds"]), slots)
             except Exception as exc:
+                self.held.release()  # a call may have returned with no hand-over after it
                 fault = _fault_from(exc, self.device)
                 self.link.send(protocol.FAILURE, {"workload": workload.uuid,
                                                   "status": fault.status.value,
@@ -324,8 +327,9 @@ class Worker:
     def hand_over(self, kind: str, meta: dict[str, Any], outputs: list[Any],
                   slots: handover.OutputSlots | None) -> None:
         """A call's outputs to the driver: into its slots (the frame says so), or in the frame.
-        Then the garbage collector may run again (see `call`)."""
+        Then the garbage collector and the other Python threads may run again (see `call`)."""
         self.link.send(kind, meta, outputs if slots is None else slots.fill(outputs))
+        self.held.release()
         if self.collector_was_on:
             gc.enable()
 
@@ -361,7 +365,10 @@ class Worker:
         compute the outputs the harness is about to copy. A candidate that turns it back on
         during the call is caught when its outputs are collected. So is one that unblocks
         signals in this thread (blocked from the worker's start, so that no handler runs after
-        a call returned: signals.py); they are blocked again the moment it returns."""
+        a call returned: signals.py); they are blocked again the moment it returns. The other
+        Python threads are held off the interpreter from the return until the outputs are
+        handed over (hold.py): a pool thread cannot fill them late while this thread waits to
+        be scheduled on a loaded machine."""
         gc.disable()
         try:
             if buffers is not None:
@@ -370,6 +377,7 @@ class Worker:
             return self.function(*inputs)
         finally:
             self.signals_unblocked = signals.block()  # first: no handler may run after it
+            self.held.hold()  # no other Python thread runs until the outputs are copied
             self.collector_turned_on = gc.isenabled()
 
     def collect(self, workload: Workload, result: Any, buffers: OutputBuffers | None) -> list[Any]:
