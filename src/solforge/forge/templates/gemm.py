@@ -1,4 +1,5 @@
-"""GEMM with a fused epilogue, out = act(x @ weight^T + bias): tiled, persistent and TMA kernels.
+"""GEMM with a fused epilogue, out = act(x @ weight^T + bias): tiled, persistent, TMA and split-K
+kernels.
 
 Applies to a problem with inputs x [M, K] and weight [N, K] (nn.Linear's layout), optionally a
 bias [N], and one output [M, N], all of one 16-bit floating dtype; the probe names the epilogue
@@ -7,9 +8,10 @@ pre-activation rounded to the output dtype first or not). The epilogue is the pr
 knob: a kernel that computed another would be wrong.
 
 Knobs: BLOCK_M/N/K, GROUP_M (grouped tile order), NUM_STAGES (software pipelining depth) and
-NUM_WARPS, for three templates: gemm (one tile per program), gemm_persistent (one program per
-SM looping over tiles) and gemm_tma (tiles moved by Hopper's tensor memory accelerator through
-host tensor descriptors).
+NUM_WARPS, for four templates: gemm (one tile per program), gemm_split_k (K cut into SPLIT_K
+slices computed by separate programs, for outputs with fewer tiles than SMs; no GROUP_M knob),
+gemm_persistent (one program per SM looping over tiles) and gemm_tma (tiles moved by Hopper's
+tensor memory accelerator through host tensor descriptors).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from solforge.forge.templates.template import (
     usable_names,
 )
 from solforge.hardware.block_limits import (
+    TARGET,
     first_reason,
     matmul_words,
     register_reason,
@@ -47,6 +50,11 @@ TMA_ALIGNMENT = 16  # bytes: a TMA descriptor's row strides must be multiples of
 SPACE = {"BLOCK_M": (16, 32, 64, 128, 256), "BLOCK_N": (32, 64, 128, 256),
          "BLOCK_K": (32, 64, 128), "GROUP_M": (1, 8), "NUM_STAGES": (2, 3, 4, 5),
          "NUM_WARPS": (4, 8)}
+# Split-K is for outputs of few tiles (decode batches), so no 256-row tiles; GROUP_M is a
+# constant of its kernel (grouping matters only once the tiles fill the GPU and K is not split).
+SPLIT_K_SPACE = {"BLOCK_M": (16, 32, 64, 128), "BLOCK_N": (32, 64, 128, 256),
+                 "BLOCK_K": (32, 64, 128), "SPLIT_K": (2, 4, 8, 16, 32, 64),
+                 "NUM_STAGES": (2, 3, 4, 5), "NUM_WARPS": (4, 8)}
 
 
 @dataclass(frozen=True)
@@ -189,6 +197,40 @@ def valid_tma(params: Params, problem: Problem, workload: Workload) -> str | Non
     )
 
 
+def valid_split_k(params: Params, problem: Problem, workload: Workload) -> str | None:
+    binding = bind.binding("gemm_split_k", problem)
+    k = problem.axes(workload)[binding.k_axis]
+    block_k, splits = params["BLOCK_K"], params["SPLIT_K"]
+    return first_reason(
+        None if k % block_k == 0 else
+        f"K={k} is not a multiple of BLOCK_K={block_k} (the loop has no K mask)",
+        None if k // block_k >= splits else
+        f"SPLIT_K={splits} leaves a split without a BLOCK_K step (K={k} is {k // block_k} "
+        f"steps of BLOCK_K={block_k})",
+        _never_splits(params, problem, binding),
+        _tile_reasons(params, problem, workload, binding, staged_output=False),
+    )
+
+
+def _never_splits(params: Params, problem: Problem, binding: GemmBinding) -> str | None:
+    """The kernel splits K only for a workload with fewer output tiles than SMs (elsewhere the
+    tiles already fill the GPU); if no workload has that few, the setting is the tiled gemm.
+
+    Judged over all of the problem's workloads: a problem whose prefill workloads fill the GPU
+    keeps split-K for its decode ones."""
+    def tiles(workload: Workload) -> int:
+        axes = problem.axes(workload)
+        return (triton.cdiv(axes[binding.m_axis], params["BLOCK_M"]) *
+                triton.cdiv(axes[binding.n_axis], params["BLOCK_N"]))
+
+    fewest = min(tiles(workload) for workload in problem.workloads)
+    if fewest < TARGET.sm_count:
+        return None
+    return (f"every workload has at least {fewest} tiles of {params['BLOCK_M']}x"
+            f"{params['BLOCK_N']} for {TARGET.sm_count} SMs: K would never be split "
+            "(the gemm template's kernel)")
+
+
 def _render(params: Params, problem: Problem, template: str, file: str,
             schedule: dict[str, bool]) -> dict[str, Any]:
     binding = bind.binding(template, problem)
@@ -213,6 +255,10 @@ def render_persistent(params: Params, problem: Problem) -> dict[str, Any]:
     return _render(params, problem, "gemm_persistent", "gemm.py", {"PERSISTENT": True})
 
 
+def render_split_k(params: Params, problem: Problem) -> dict[str, Any]:
+    return _render(params, problem, "gemm_split_k", "gemm_split_k.py", {})
+
+
 def render_tma(params: Params, problem: Problem) -> dict[str, Any]:
     return _render(params, problem, "gemm_tma", "gemm_tma.py", {})
 
@@ -223,4 +269,9 @@ PERSISTENT = Template(name="gemm_persistent", family="gemm", space=SPACE, applie
                       valid=valid_tiled, render=render_persistent)
 TMA = Template(name="gemm_tma", family="gemm", space=SPACE, applies=bind.applies, valid=valid_tma,
                render=render_tma)
-TEMPLATES = (TILED, PERSISTENT, TMA)
+SPLIT_K = Template(name="gemm_split_k", family="gemm", space=SPLIT_K_SPACE, applies=bind.applies,
+                   valid=valid_split_k, render=render_split_k)
+# The optimize loop gives each template an equal share of the budget, in this order; a time
+# limit cuts the last ones. Split-K comes second: it is the only kernel here that parallelises
+# the decode workloads' long K, where the others are furthest from the speed of light.
+TEMPLATES = (TILED, SPLIT_K, PERSISTENT, TMA)
