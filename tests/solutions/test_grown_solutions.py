@@ -6,8 +6,8 @@ Each takes from ten seconds to a minute through the harness under the interprete
 they are `slow`; the quick subset checks them faster, in this process: the kernel against the
 reference at the smallest workload (and one more size where a second launch shape starts),
 within the workload's tolerance. The MLP (352 MB of weights, about 20 s per interpreted call)
-is checked by the harness alone, with the fewest calls it allows. Direct checks also cover paths
-the workloads do not reach (strided rows, argmax ties)."""
+is checked by the harness alone. The harness makes the fewest calls it allows. Direct checks also
+cover paths the workloads do not reach (strided rows, argmax ties)."""
 
 from __future__ import annotations
 
@@ -77,11 +77,12 @@ SECOND_SHAPE = {
 SLOW_DIRECT = {"l2/swiglu_mlp_llama3_1_8b"}
 # Left to the full suite when called directly: the interpreted FP8 GEMM takes about 6 s.
 SLOW_MATCH = {"quant/fp8_gemm_per_tensor_llama3_1_8b_qkv"}
-# Through the harness with the fewest calls it allows (one round, one timed call, compared).
-FEWEST_CALLS = SLOW_DIRECT | SLOW_MATCH
-CPU_FAST = dict(device="cpu", baseline="eager", smallest=1, rounds=1, warmup=1, iterations=2,
-                verify=1)
-CPU_FEWEST = {**CPU_FAST, "warmup": 0, "iterations": 1}
+# Through the harness with the fewest calls it allows: one correctness round, then one timed
+# call whose output is compared too, so a second call in the same worker is checked. Only the
+# statuses are asserted here (a CPU time is not scored); more timed calls would only repeat
+# the interpreter's seconds (a third of a minute for the MLP).
+CPU_FEWEST = dict(device="cpu", baseline="eager", smallest=1, rounds=1, warmup=0, iterations=1,
+                  verify=1)
 
 
 def _evaluate(address: str, config: EvalConfig) -> list[Status]:
@@ -98,8 +99,7 @@ def test_grown_solution_passes_the_harness_on_the_cpu(address, tmp_path):
     # The MLP's interpreted GEMMs take about a minute of CPU per call: more than the default
     # 180 s per workload on a loaded machine.
     limits = Limits(workload_timeout_s=900.0) if address in SLOW_DIRECT else Limits()
-    plan = CPU_FEWEST if address in FEWEST_CALLS else CPU_FAST
-    config = EvalConfig(**plan, limits=limits, cache_dir=tmp_path)
+    config = EvalConfig(**CPU_FEWEST, limits=limits, cache_dir=tmp_path)
     assert _evaluate(address, config) == [Status.PASSED]
 
 
