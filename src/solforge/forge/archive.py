@@ -182,11 +182,11 @@ def passed(store: Store, problem: str) -> list[Judged]:
 
 
 def best_of_each_proposer(store: Store, problem: str, limit: int,
-                          skip: str | None = None) -> list[Judged]:
-    """The best PASSED candidate of each proposer (for the templates: each template's best
-    elite), the best `limit` of them, best first; `skip` names a proposer to leave out."""
+                          prefix: str = "") -> list[Judged]:
+    """The best PASSED candidate of each proposer whose name starts with `prefix` (for
+    "template:", each template's best elite), the best `limit` of them, best first."""
     chosen: dict[str, Judged] = {}
     for judged in passed(store, problem):
-        if judged.proposer != skip and judged.proposer not in chosen:
+        if judged.proposer.startswith(prefix) and judged.proposer not in chosen:
             chosen[judged.proposer] = judged
     return list(chosen.values())[:limit]

@@ -69,6 +69,7 @@ PARENTS = 3  # elites of different cells shown to the model
 QUEUE_AHEAD = 3  # candidates queued on a runner beyond its slots, so a free slot never waits
 DESCRIBE_THREADS = 4  # descriptor captures (each a compile process) running beside the judging
 RECOMPOSE_PARTS = 4  # candidates `recompose` judges again: the best of each template
+TEMPLATE_PREFIX = "template:"  # a template's candidates' proposer: "template:<name>"
 MIN_GAIN = 0.01  # a best fitness this much higher (relative) is progress: above the run-to-run
 # scatter of kernels of 20 us and more on the H200 (0.25%), below the 3% a run may differ by
 
@@ -195,7 +196,7 @@ class Optimizer:
 
             def searching(template=template, share=share) -> None:
                 def objective(solutions: list[dict[str, Any]]) -> list[float | None]:
-                    judged = self.judge_batch(solutions, f"template:{template.name}")
+                    judged = self.judge_batch(solutions, f"{TEMPLATE_PREFIX}{template.name}")
                     return [one.fitness for one in judged]
 
                 trials = search(template, self.problem, objective, share, self.config.seed,
@@ -271,7 +272,7 @@ class Optimizer:
         aggregate rows and the archive are left as they are (only the results are new)."""
         wanted = {w.uuid for w in self._judged_workloads()}
         for judged in archive.best_of_each_proposer(self.store, self.problem.name, limit,
-                                                    skip=COMPOSE):
+                                                    prefix=TEMPLATE_PREFIX):
             if wanted <= set(judged.latencies):
                 continue
             self._check_time()
