@@ -3,7 +3,7 @@ L2 problems, within a deadline per call, resumable, and the goal numbers from wh
 
     python benchmarks/forge_gpu.py OUTDIR [PROBLEM ...] [--count 24] [--budget 32]
                                    [--patience 8] [--deadline-s 540] [--device cuda|cpu]
-                                   [--name h200]
+                                   [--name h200] [--compose]
 
 Problems: those given, else the first --count bundled L1 and L2 problems that a template
 applies to, in suite order. Each is searched with up to --budget candidates into
@@ -29,6 +29,14 @@ torch.compile on at least 80% (the `forge` keys of NAME-goals.json, merged with
 suite_gpu.py's); and where the search stalls (problems below 0.75 of the speed of
 light, with their binding bound and their elites' cells). `--device cpu` runs the CPU mode
 (smallest workload, speedups only): what tests/benchmarks/test_benchmark_scripts.py runs.
+
+A search ends with a per-shape composite (solforge.forge.compose: each workload shape sent to
+the candidate fastest on it), judged like any candidate. `--compose` adds one to the problems
+an earlier call finished instead of searching: per problem, the best candidate of each template
+(at most 4) lacking per-workload results is judged again (stores written before they were kept
+have none), the composite is judged, and, when it became the best elite, it is evaluated as a
+search's best is. Each is noted in OUTDIR/NAME-forge-compose.jsonl (a later call skips it);
+from then on the summaries show its `composite` and, when it won, its `best`.
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ from solforge.forge import archive  # noqa: E402
 from solforge.forge.loop import OptimizeConfig, Optimizer  # noqa: E402
 from solforge.forge.templates import templates_for  # noqa: E402
 from solforge.harness.evaluate import EvalConfig, evaluate  # noqa: E402
+from solforge.problem.problem import Problem  # noqa: E402
 from solforge.problem.suite import bundled_problem_dirs, open_problem, tier_of  # noqa: E402
 from solforge.runners import TaskRunner, open_runner  # noqa: E402
 from solforge.score import ScoreError, sol_score  # noqa: E402
@@ -71,6 +80,7 @@ from solforge.storage import open_store  # noqa: E402
 MARGIN_S = 30.0  # a candidate started just before a search's deadline ends within it
 FINAL_S = 60.0  # kept for the best elite's evaluation on every workload
 MIN_SEARCH_S = 60.0  # a search given less is not started (about ten candidates on the H200)
+MIN_COMPOSE_S = 60.0  # a recomposition given less is not started (up to five judgments)
 GOAL = {"problems": 20, "fraction_of_sol": 0.75, "s_vs_eager": 0.85, "s_vs_best": 0.60,
         "beats_compile_share": 0.80}
 
@@ -84,6 +94,7 @@ class Call:
     device: str
     name: str
     patience: int | None = None
+    compose: bool = False  # compose the finished problems instead of searching
 
     @property
     def progress(self) -> Path:
@@ -93,6 +104,11 @@ class Call:
     def cuts(self) -> Path:
         """Searches the deadline cut: one line per call, for the call that finishes them."""
         return self.out / f"{self.name}-forge-cuts.jsonl"
+
+    @property
+    def composed(self) -> Path:
+        """Problems `--compose` composed (or found nothing to compose in): one line each."""
+        return self.out / f"{self.name}-forge-compose.jsonl"
 
 
 def default_problems(count: int) -> list[str]:
@@ -161,13 +177,87 @@ def search_problem(call: Call, store: Any, address: str, runner: TaskRunner,
               "search_seconds": round(seconds + sum(c["search_seconds"] for c in earlier), 1),
               "cells": [elite.cell for elite in elites], "best": None}
     if outcome.best is not None:
-        best_config = EvalConfig(device=call.device, baseline=config.baseline,
-                                 smallest=1 if call.device == "cpu" else None)
-        traces = evaluate(problem, parse_solution(outcome.best.solution), best_config)
-        record["best"] = {"name": outcome.best.name, "cell": outcome.best.cell,
-                          "fitness": outcome.best.fitness,
-                          **best_numbers(traces, scored=call.device == "cuda")}
+        record["best"] = best_record(call, problem, outcome.best)
     return record
+
+
+def best_record(call: Call, problem: Problem, best: archive.Elite) -> dict[str, Any]:
+    """The best elite evaluated once more, T_b the faster of eager and torch.compile."""
+    config = EvalConfig(device=call.device, baseline=resolve_run(call.device).baseline,
+                        smallest=1 if call.device == "cpu" else None)
+    traces = evaluate(problem, parse_solution(best.solution), config)
+    return {"name": best.name, "cell": best.cell, "fitness": best.fitness,
+            **best_numbers(traces, scored=call.device == "cuda")}
+
+
+def compose_until_deadline(call: Call, started: float) -> None:
+    """Add a composite to each finished problem not composed yet, while time is left."""
+    done = [json.loads(line)["problem"] for line in _lines(call.progress)]
+    composed = {json.loads(line)["problem"] for line in _lines(call.composed)}
+    store = open_store(f"sqlite:///{call.out / 'forge.db'}")
+    with open_runner("local", call.device, 1) as runner:
+        for address in [a for a in done if a not in composed]:
+            left_s = call.deadline_s - (time.monotonic() - started) - MARGIN_S - FINAL_S
+            if left_s < MIN_COMPOSE_S:
+                log(f"stopping before composing {address}: {max(left_s, 0):.0f} s left; run "
+                    "the same command again to go on")
+                return
+            line = compose_problem(call, store, address, runner, left_s)
+            if line is None:
+                log(f"{address}: composition cut at the deadline; run it again to go on")
+                return
+            with call.composed.open("a") as file:
+                file.write(json.dumps(line) + "\n")
+
+
+def compose_problem(call: Call, store: Any, address: str, runner: TaskRunner,
+                    seconds: float) -> dict[str, Any] | None:
+    """One problem's composition line, or None when the deadline cut it."""
+    problem = open_problem(address)
+    config = OptimizeConfig(budget=None, minutes=seconds / 60, device=call.device,
+                            baseline=resolve_run(call.device).baseline)
+    before = archive.elites(store, problem.name)
+    begun = time.monotonic()
+    optimizer = Optimizer(problem, store, config, lambda line: log(f"  {line}"), runner=runner,
+                          address=address)
+    found = optimizer.recompose()
+    if found is None:
+        return None
+    after = archive.elites(store, problem.name)
+    won = bool(after) and (not before or after[0].candidate_id != before[0].candidate_id)
+    line = {"problem": address, "rejudged": optimizer.rejudged,
+            "composite": found.solution["name"] if found.solution else None,
+            "reason": found.reason,
+            "assignment": {uuid: judged.name for uuid, judged in found.assignment.items()},
+            "verdict": _verdict_of(store, problem.name, found.solution),
+            "seconds": round(time.monotonic() - begun, 1),
+            "best": best_record(call, problem, after[0]) if won else None}
+    log(f"{address}: composite {line['composite'] or '-'} ({line['reason'] or 'judged'})"
+        f"{', the new best' if won else ''}")
+    return line
+
+
+def _verdict_of(store: Any, problem: str,
+                solution: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The stored composite's status and fitness."""
+    found = archive.find(store, problem, solution) if solution else None
+    return {"status": found.status, "fitness": found.fitness} if found else None
+
+
+def with_compositions(call: Call, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records with what `--compose` added: its `composite`, and its `best` when the
+    composite became the best elite (records of problems never composed are unchanged)."""
+    lines = {line["problem"]: line for line in map(json.loads, _lines(call.composed))}
+    merged = []
+    for record in records:
+        line = lines.get(record["problem"])
+        if line is not None:
+            record = {**record, "composite": {k: v for k, v in line.items()
+                                              if k not in ("problem", "best")}}
+            if line["best"] is not None:
+                record["best"] = line["best"]
+        merged.append(record)
+    return merged
 
 
 def best_numbers(traces: list[Trace], scored: bool) -> dict[str, Any]:
@@ -227,7 +317,7 @@ def goal(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def write_summary(call: Call) -> dict[str, Any]:
-    records = [json.loads(line) for line in _lines(call.progress)]
+    records = with_compositions(call, [json.loads(line) for line in _lines(call.progress)])
     summary = {"what": "template search (solforge optimize --proposer templates) per problem",
                "date": datetime.date.today().isoformat(),
                "environment": recorded_environment(call.device),
@@ -310,6 +400,9 @@ def main() -> None:
     parser.add_argument("--deadline-s", type=float, default=540.0)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--name", default=None, help="files' prefix (default: h200, or cpu)")
+    parser.add_argument("--compose", action="store_true",
+                        help="add a per-shape composite to the problems already finished "
+                             "instead of searching")
     args = parser.parse_args()
     started = time.monotonic()
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -317,8 +410,11 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     name = args.name or ("h200" if args.device == "cuda" else "cpu")
     call = Call(args.out.resolve(), args.problems or default_problems(args.count), args.budget,
-                args.deadline_s, args.device, name, args.patience or None)
-    search_until_deadline(call, started)
+                args.deadline_s, args.device, name, args.patience or None, args.compose)
+    if call.compose:
+        compose_until_deadline(call, started)
+    else:
+        search_until_deadline(call, started)
     summary = write_summary(call)
     log(f"goal: {summary['goal']['numbers']} met: {summary['goal']['met']}")
 

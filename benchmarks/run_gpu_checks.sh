@@ -13,7 +13,9 @@
 #           forge        template search over 24 L1/L2 problems and its goal (issue 6; goes
 #                        on from the committed h200-forge.db.gz, h200-forge.jsonl and
 #                        h200-forge-cuts.jsonl, or FORGE_STORE, and leaves
-#                        OUTDIR/forge/h200-forge.db.gz to commit)
+#                        OUTDIR/forge/h200-forge.db.gz to commit; FORGE_COMPOSE=1 adds a
+#                        per-shape composite to the problems already finished instead of
+#                        searching: forge_gpu.py --compose)
 #           hgemm        the HGEMM tuner and benchmark (issue 7; carry nvmath-python)
 #           sandbox      the sandbox's cost per candidate on the GPU (benchmarks/sandbox_cost.py)
 #           floor        the launch floor: near-empty kernels, cold and warm L2
@@ -151,9 +153,10 @@ stage_forge() {
     unpack_store "$forge_store" "$out/forge/forge.db"
     seed_from_results h200-forge.jsonl "$out/forge/h200-forge.jsonl"
     seed_from_results h200-forge-cuts.jsonl "$out/forge/h200-forge-cuts.jsonl"
+    seed_from_results h200-forge-compose.jsonl "$out/forge/h200-forge-compose.jsonl"
     import_baselines
     "$python" benchmarks/forge_gpu.py "$out/forge" --deadline-s "$deadline" \
-        2>&1 | tee -a "$out/forge.log"
+        ${FORGE_COMPOSE:+--compose} 2>&1 | tee -a "$out/forge.log"
     pack_store "$out/forge/forge.db" "$out/forge/h200-forge.db.gz"
     export_baselines
 }

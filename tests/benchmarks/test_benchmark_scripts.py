@@ -170,6 +170,48 @@ def test_a_forge_search_cut_by_the_deadline_goes_on_in_the_next_call(tmp_path, m
     assert len(given) == 2 and not short.progress.exists()
 
 
+def test_forge_compose_adds_a_composite_to_finished_problems_once(tmp_path, monkeypatch):
+    """`--compose` composes the problems an earlier call finished, each once; one the deadline
+    cuts is composed by the next call; the summary's records gain `composite` (and keep every
+    key they had), and records of problems never composed are unchanged."""
+    import importlib.util
+    from contextlib import nullcontext
+
+    from solforge.forge.compose import Composition
+
+    spec = importlib.util.spec_from_file_location("forge_gpu", FORGE_SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, script)
+    spec.loader.exec_module(script)
+    composed = [None, Composition(None, {}, None, "one candidate is the fastest on every "
+                                                  "workload shape")]
+    given = []
+
+    class Scripted:
+        rejudged = 2
+
+        def __init__(self, problem, store, config, report, runner, address):
+            given.append(config)
+
+        def recompose(self):
+            return composed[len(given) - 1]
+
+    monkeypatch.setattr(script, "Optimizer", Scripted)
+    monkeypatch.setattr(script, "open_runner", lambda *args: nullcontext())
+    call = script.Call(tmp_path, [PROBLEM], 10, 1000.0, "cpu", "cpu", compose=True)
+    record = {"problem": PROBLEM, "judged": 3, "best": None}
+    call.progress.write_text(json.dumps(record) + "\n")
+    assert script.with_compositions(call, [record]) == [record]
+    script.compose_until_deadline(call, time.monotonic())  # cut: nothing noted
+    assert not call.composed.exists() and given[0].budget is None
+    script.compose_until_deadline(call, time.monotonic())
+    script.compose_until_deadline(call, time.monotonic())  # done: not composed again
+    assert len(given) == 2 and len(call.composed.read_text().splitlines()) == 1
+    (merged,) = script.with_compositions(call, [record])
+    assert merged["composite"]["rejudged"] == 2 and merged["composite"]["composite"] is None
+    assert {k: v for k, v in merged.items() if k != "composite"} == record
+
+
 @pytest.mark.slow
 def test_a_bad_target_is_a_message_not_a_traceback(tmp_path, run_here):
     for script in (SUITE_SCRIPT, FORGE_SCRIPT):

@@ -124,6 +124,7 @@ def _scripted(monkeypatch, fitnesses: list[float]) -> list[float]:
 
     monkeypatch.setattr(loop, "evaluate", judged_one)
     monkeypatch.setattr(loop, "verdict", judged)
+    monkeypatch.setattr(loop, "workload_results", lambda traces: [])
     monkeypatch.setattr(llm, "attempt_from_traces", lambda solution, traces: None)
     monkeypatch.setattr(Optimizer, "_describe",
                         lambda self, solution: ({}, "dram/simt/rows/small"))

@@ -49,6 +49,9 @@ def optimize(
     ncu: bool = typer.Option(True, "--ncu/--no-ncu", help="On a GPU with ncu on PATH, profile "
                                                           "the model's passing candidates and "
                                                           "show it the metrics."),
+    compose: bool = typer.Option(True, "--compose/--no-compose",
+                                 help="After the templates, judge one composite that sends "
+                                      "each workload shape to the candidate fastest on it."),
 ) -> None:
     """Search for faster correct kernels; keep a quality-diversity archive; write the best.
 
@@ -70,7 +73,7 @@ def optimize(
     config = OptimizeConfig(budget=budget if budget or minutes else 20, minutes=minutes,
                             proposer=proposer, llm=llm, device=run.device, hardware=run.hardware,
                             baseline=run.baseline, seed=seed, ncu=ncu,
-                            patience=patience)
+                            patience=patience, compose=compose)
     if run.device_type == "cpu":
         console.print("CPU mode: candidates run in Triton's interpreter on the smallest "
                       "workload; fitness is the speedup over eager PyTorch (no SOL score)",

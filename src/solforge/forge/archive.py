@@ -8,13 +8,16 @@ improving one cell at the same time the better kernel wins whichever commits fir
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from solforge.store.schema import ArchiveCell, Candidate
+from solforge.data.trace import Status
+from solforge.forge.fitness import WorkloadResult
+from solforge.store.schema import ArchiveCell, Candidate, CandidateWorkload
 from solforge.store.store import Store, solution_hash
 
 
@@ -46,6 +49,21 @@ class CandidateRecord:
     evidence: str | None
     params: dict[str, Any]
     parent_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A PASSED candidate with a fitness and its T_k on each workload it PASSED (empty for a
+    candidate judged before per-workload results were kept)."""
+
+    candidate_id: int
+    name: str
+    proposer: str
+    fitness: float
+    solution: dict[str, Any]
+    cell: str | None
+    descriptor: dict[str, Any]
+    latencies: dict[str, float]  # workload uuid -> T_k
 
 
 def find(store: Store, problem: str, solution: dict[str, Any]) -> Candidate | None:
@@ -116,3 +134,59 @@ def candidates(store: Store, problem: str) -> list[Candidate]:
     with store.session() as s:
         return list(s.scalars(select(Candidate).where(Candidate.problem == problem)
                               .order_by(Candidate.id)))
+
+
+def record_workloads(store: Store, candidate_id: int, results: Sequence[WorkloadResult]) -> None:
+    """Keep a candidate's per-workload results, replacing those of an earlier judgment (a
+    re-judged candidate keeps one row per workload). A worker that loses a race with another
+    writing the same candidate's rows leaves the winner's."""
+    try:
+        with store.session() as s:
+            s.execute(delete(CandidateWorkload)
+                      .where(CandidateWorkload.candidate_id == candidate_id))
+            s.add_all(CandidateWorkload(candidate_id=candidate_id, workload=r.workload,
+                                        status=r.status, latency_ms=r.latency_ms,
+                                        sol_score=r.sol_score) for r in results)
+    except IntegrityError:
+        return
+
+
+def workload_results(store: Store, candidate_id: int) -> list[WorkloadResult]:
+    """A candidate's stored per-workload results, in workload order of recording."""
+    with store.session() as s:
+        rows = s.scalars(select(CandidateWorkload)
+                         .where(CandidateWorkload.candidate_id == candidate_id)
+                         .order_by(CandidateWorkload.id))
+        return [WorkloadResult(r.workload, r.status, r.latency_ms, r.sol_score) for r in rows]
+
+
+def passed(store: Store, problem: str) -> list[Judged]:
+    """Every PASSED candidate with a fitness, best first, with its per-workload T_k."""
+    with store.session() as s:
+        rows = list(s.scalars(select(Candidate)
+                              .where(Candidate.problem == problem,
+                                     Candidate.status == Status.PASSED.value,
+                                     Candidate.fitness.is_not(None))
+                              .order_by(Candidate.fitness.desc(), Candidate.id)))
+        ids = [row.id for row in rows]
+        found = s.execute(select(CandidateWorkload.candidate_id, CandidateWorkload.workload,
+                                 CandidateWorkload.latency_ms)
+                          .where(CandidateWorkload.candidate_id.in_(ids),
+                                 CandidateWorkload.status == Status.PASSED.value,
+                                 CandidateWorkload.latency_ms.is_not(None))).all()
+    latencies: dict[int, dict[str, float]] = {}
+    for candidate_id, workload, latency_ms in found:
+        latencies.setdefault(candidate_id, {})[workload] = latency_ms
+    return [Judged(row.id, row.name, row.proposer, row.fitness, row.solution, row.cell,
+                   row.descriptor, latencies.get(row.id, {})) for row in rows]
+
+
+def best_of_each_proposer(store: Store, problem: str, limit: int,
+                          prefix: str = "") -> list[Judged]:
+    """The best PASSED candidate of each proposer whose name starts with `prefix` (for
+    "template:", each template's best elite), the best `limit` of them, best first."""
+    chosen: dict[str, Judged] = {}
+    for judged in passed(store, problem):
+        if judged.proposer.startswith(prefix) and judged.proposer not in chosen:
+            chosen[judged.proposer] = judged
+    return list(chosen.values())[:limit]

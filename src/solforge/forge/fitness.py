@@ -41,3 +41,26 @@ def verdict(traces: list[Trace]) -> Verdict:
     if all(t.evaluation.sol_score is not None for t in traces):
         return Verdict(Status.PASSED.value, rating.sol_score, SOL_SCORE, latency_ms, None)
     return Verdict(Status.PASSED.value, rating.speedup, SPEEDUP, latency_ms, None)
+
+
+@dataclass(frozen=True)
+class WorkloadResult:
+    """One workload's share of a verdict: what per-shape composition compares candidates by."""
+
+    workload: str  # uuid
+    status: str
+    latency_ms: float | None  # T_k, PASSED only
+    sol_score: float | None  # GPU only
+
+
+def workload_results(traces: list[Trace]) -> list[WorkloadResult]:
+    """Each trace's workload, status, T_k and S (the last trace wins for a repeated uuid)."""
+    found: dict[str, WorkloadResult] = {}
+    for trace in traces:
+        evaluation = trace.evaluation
+        performance = evaluation.performance
+        uuid = str(trace.workload.get("uuid", "?"))
+        found[uuid] = WorkloadResult(uuid, evaluation.status.value,
+                                     performance.latency_ms if performance else None,
+                                     evaluation.sol_score)
+    return list(found.values())

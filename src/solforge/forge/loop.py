@@ -6,6 +6,14 @@
                different cells (parents) and the feedback of earlier attempts;
     both       templates first, then the model builds on what they found.
 
+After the template searches (and before the model), `compose` (on by default) builds one
+composite from the candidates judged so far, each workload shape dispatched to the candidate
+fastest on it (compose.py), and judges it like any candidate (proposer "compose"). It is
+judged beyond the budget (it is built from what the budget bought) but within the time.
+`recompose` does the same for a store whose candidates were judged before per-workload results
+were kept: it judges the best candidate of each template again first, recording their
+per-workload results on their existing rows.
+
 Every candidate is judged by the harness (the loop never times anything), described by the
 kernels it compiles to (descriptors.py), and stored (archive.py). With a `patience`, a search
 (one template's, or the model's) ends once that many candidates in a row have not raised the
@@ -33,14 +41,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from solforge.data.solution import parse_solution
 from solforge.data.trace import Status, Trace
+from solforge.data.workload import Workload
 from solforge.errors import SolforgeError
 from solforge.forge import archive
-from solforge.forge.fitness import Verdict, verdict
+from solforge.forge.compose import PROPOSER as COMPOSE
+from solforge.forge.compose import Composition, compose
+from solforge.forge.fitness import Verdict, verdict, workload_results
 from solforge.forge.search import search
 from solforge.forge.templates import templates_for
-from solforge.harness.evaluate import EvalConfig, evaluate
+from solforge.harness.evaluate import EvalConfig, evaluate, select_workloads
 from solforge.humanize import fitness
 from solforge.problem.problem import Problem
 
@@ -55,6 +68,8 @@ RECENT_ATTEMPTS = 8  # feedback the model sees
 PARENTS = 3  # elites of different cells shown to the model
 QUEUE_AHEAD = 3  # candidates queued on a runner beyond its slots, so a free slot never waits
 DESCRIBE_THREADS = 4  # descriptor captures (each a compile process) running beside the judging
+RECOMPOSE_PARTS = 4  # candidates `recompose` judges again: the best of each template
+TEMPLATE_PREFIX = "template:"  # a template's candidates' proposer: "template:<name>"
 MIN_GAIN = 0.01  # a best fitness this much higher (relative) is progress: above the run-to-run
 # scatter of kernels of 20 us and more on the H200 (0.25%), below the 3% a run may differ by
 
@@ -84,6 +99,7 @@ class OptimizeConfig:
     cache_dir: Path | None = None
     ncu: bool = True  # on a GPU with ncu on PATH: Nsight Compute metrics in the LLM's feedback
     patience: int | None = None  # candidates without a gain that end a search (None: never)
+    compose: bool = True  # after the templates: judge a per-shape composite of the winners
 
     def __post_init__(self) -> None:
         if self.proposer not in PROPOSERS:
@@ -125,7 +141,7 @@ class Optimizer:
         self.address = address
         self.parallel = runner.slots + QUEUE_AHEAD if runner is not None else 1
         self._describing = ThreadPoolExecutor(DESCRIBE_THREADS, "describe")
-        self.judged = self.reused = self.hacks = 0
+        self.judged = self.reused = self.hacks = self.rejudged = 0
         self.deadline = (time.monotonic() + 60 * config.minutes) if config.minutes else None
         self.attempts: list = []
         self.best_fitness: float | None = _best_fitness(archive.elites(store, problem.name))
@@ -136,17 +152,27 @@ class Optimizer:
     def run(self) -> SearchOutcome:
         try:
             if self.config.proposer in ("templates", "both"):
-                self._templates()
+                self._until_exhausted(self._templates)
+                if self.config.compose:
+                    self._until_exhausted(self._compose)
             if self.config.proposer in ("llm", "both"):
-                self._stalls_end(self._llm, "the model")
-        except _Exhausted:
-            self.cut_short = True
+                self._until_exhausted(lambda: self._stalls_end(self._llm, "the model"))
         finally:
             self._describing.shutdown(wait=True, cancel_futures=True)
+        return self._outcome()
+
+    def _outcome(self) -> SearchOutcome:
         elites = archive.elites(self.store, self.problem.name)
         return SearchOutcome(self.judged, self.reused, self.hacks, elites[0] if elites else None,
                              elites, converged=self.config.patience is not None
                              and not self.cut_short, out_of_time=self.out_of_time)
+
+    def _until_exhausted(self, searching: Callable[[], None]) -> None:
+        """Run one stage; the budget or the time running out ends it (and says so)."""
+        try:
+            searching()
+        except _Exhausted:
+            self.cut_short = True
 
     def _stalls_end(self, searching: Callable[[], None], what: str) -> None:
         """Run one search; a stall (patience) ends it, and the run goes on to the next."""
@@ -170,7 +196,7 @@ class Optimizer:
 
             def searching(template=template, share=share) -> None:
                 def objective(solutions: list[dict[str, Any]]) -> list[float | None]:
-                    judged = self.judge_batch(solutions, f"template:{template.name}")
+                    judged = self.judge_batch(solutions, f"{TEMPLATE_PREFIX}{template.name}")
                     return [one.fitness for one in judged]
 
                 trials = search(template, self.problem, objective, share, self.config.seed,
@@ -203,15 +229,86 @@ class Optimizer:
             for proposal, traces in zip(written, judged):
                 proposer.record_outcome(proposal, traces)
 
+    # ---- composition ------------------------------------------------------------------------
+
+    def compose(self) -> Composition | None:
+        """Judge the per-shape composite of the candidates judged so far (within the time, not
+        the budget), and report where each workload went and the verdict; None when the time
+        ran out first."""
+        try:
+            return self._compose()
+        except _Exhausted:
+            return None
+
+    def _compose(self) -> Composition:
+        workloads = self._judged_workloads()
+        found = compose(self.problem, archive.passed(self.store, self.problem.name), workloads)
+        if found.solution is None:
+            self.report(f"compose: nothing to compose ({found.reason})")
+            return found
+        self.report(f"compose: {len(found.parts)} parts, fallback {found.fallback.name}; "
+                    f"{found.summary()}")
+        self._check_time()
+        judged = self.judge_batch([found.solution], COMPOSE,
+                                   [self._fallback_descriptor(found)])[0]
+        shown = f"fitness {fitness(judged.fitness)}" if judged.fitness is not None else \
+            (judged.evidence or "")[:120]
+        self.report(f"compose: {found.solution['name']}: {judged.status}, {shown}")
+        return found
+
+    def recompose(self, limit: int = RECOMPOSE_PARTS) -> Composition | None:
+        """Compose in a store written before per-workload results were kept: judge again (not
+        read back) the best candidate of each template, at most `limit`, that lacks a result on
+        a judged workload, keeping their results on their existing rows, then compose. None
+        when the time ran out first (what was judged again is kept: a later call goes on)."""
+        try:
+            self._rejudge(limit)
+            return self._compose()
+        except _Exhausted:
+            return None
+
+    def _rejudge(self, limit: int) -> None:
+        """Judge again the best candidate of each template lacking per-workload results; their
+        aggregate rows and the archive are left as they are (only the results are new)."""
+        wanted = {w.uuid for w in self._judged_workloads()}
+        for judged in archive.best_of_each_proposer(self.store, self.problem.name, limit,
+                                                    prefix=TEMPLATE_PREFIX):
+            if wanted <= set(judged.latencies):
+                continue
+            self._check_time()
+            traces = self._measure([judged.solution])[0]
+            archive.record_workloads(self.store, judged.candidate_id, workload_results(traces))
+            self.rejudged += 1
+            self.report(f"recompose: {judged.name} judged again ({verdict(traces).status})")
+
+    def _judged_workloads(self) -> list[Workload]:
+        """The workloads the harness judges each candidate on (on the CPU, the smallest)."""
+        device = torch.device("cpu" if self.config.device == "cpu" else "cuda")
+        return select_workloads(self.problem, self._eval_config(), device)
+
+    def _fallback_descriptor(self, found: Composition) -> Future:
+        """The composite's descriptor and cell: its fallback's (the candidate with the best
+        overall fitness, which it refines per shape), not captured again: the descriptor of
+        whichever part the smallest workload dispatches to would say little about the rest,
+        and in the fallback's cell the composite competes with what it set out to beat."""
+        done: Future = Future()
+        evidence = [f"composite of {len(found.parts)} parts, described as its fallback "
+                    f"{found.fallback.name}", *found.fallback.descriptor.get("evidence", [])]
+        done.set_result(({**found.fallback.descriptor, "evidence": evidence},
+                         found.fallback.cell))
+        return done
+
     # ---- judging -----------------------------------------------------------------------------
 
     def judge(self, solution: dict[str, Any], proposer: str) -> Verdict:
         """The harness's verdict on one candidate, stored in the archive."""
         return self.judge_batch([solution], proposer)[0]
 
-    def judge_batch(self, solutions: list[dict[str, Any]], proposer: str) -> list[Verdict]:
+    def judge_batch(self, solutions: list[dict[str, Any]], proposer: str,
+                    described: list[Future] | None = None) -> list[Verdict]:
         """The verdicts on candidates judged side by side; those already in the store are read
-        back instead of judged again."""
+        back instead of judged again. With `described` (their descriptors, known ahead) the
+        budget is not checked: see compose."""
         verdicts: dict[int, Verdict] = {}
         new: list[int] = []
         for index, solution in enumerate(solutions):
@@ -222,26 +319,33 @@ class Optimizer:
             self.reused += 1
             verdicts[index] = Verdict(stored.status, stored.fitness, stored.fitness_kind,
                                       stored.latency_ms, stored.evidence)
-        judged = self._judge_traces([solutions[index] for index in new], proposer)
+        judged = self._judge_traces([solutions[index] for index in new], proposer,
+                                    [described[index] for index in new] if described else None)
         for index, traces in zip(new, judged):
             verdicts[index] = verdict(traces)
         return [verdicts[index] for index in range(len(solutions))]
 
-    def _judge_traces(self, solutions: list[dict[str, Any]],
-                      proposer: str) -> list[list[Trace]]:
-        """Judge new candidates (on the runner's slots when there is one), record each."""
+    def _judge_traces(self, solutions: list[dict[str, Any]], proposer: str,
+                      described: list[Future] | None = None) -> list[list[Trace]]:
+        """Judge new candidates (on the runner's slots when there is one), record each;
+        `described`: their descriptors when known ahead (else captured beside the judging)."""
         if not solutions:
             return []
-        self._check_budget()
-        described = [self._describing.submit(self._describe, solution) for solution in solutions]
-        if self.runner is None:
-            measured = [evaluate(self.problem, parse_solution(solution), self._eval_config())
-                        for solution in solutions]
-        else:
-            measured = self._run_batch(solutions)
+        if described is None:
+            self._check_budget()
+            described = [self._describing.submit(self._describe, solution)
+                         for solution in solutions]
+        measured = self._measure(solutions)
         for solution, traces, descriptor in zip(solutions, measured, described):
             self._record(solution, proposer, traces, descriptor)
         return measured
+
+    def _measure(self, solutions: list[dict[str, Any]]) -> list[list[Trace]]:
+        """The harness's traces of each solution, nothing recorded."""
+        if self.runner is None:
+            return [evaluate(self.problem, parse_solution(solution), self._eval_config())
+                    for solution in solutions]
+        return self._run_batch(solutions)
 
     def _run_batch(self, solutions: list[dict[str, Any]]) -> list[list[Trace]]:
         """Each candidate as one unit of the runner, all submitted before any is waited for."""
@@ -290,6 +394,7 @@ class Optimizer:
             fitness_kind=judged.kind, latency_ms=judged.latency_ms, cell=cell,
             descriptor=descriptor, evidence=judged.evidence, params={})
         candidate_id = archive.add_candidate(self.store, record)
+        archive.record_workloads(self.store, candidate_id, workload_results(traces))
         if judged.status == Status.REWARD_HACK.value:
             self.hacks += 1
             self.report(f"{record.name}: REWARD_HACK ({(judged.evidence or '')[:120]})")
@@ -366,11 +471,14 @@ class Optimizer:
     def _check_budget(self) -> None:
         if self.config.budget is not None and self.judged >= self.config.budget:
             raise _Exhausted
+        self._check_time()
+        if self.config.patience is not None and self.without_gain >= self.config.patience:
+            raise _Stalled
+
+    def _check_time(self) -> None:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             self.out_of_time = True
             raise _Exhausted
-        if self.config.patience is not None and self.without_gain >= self.config.patience:
-            raise _Stalled
 
     def _budget_left(self) -> int:
         if self.config.budget is None:

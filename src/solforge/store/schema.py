@@ -186,6 +186,23 @@ class Candidate(Base):
                                                           default=utcnow)
 
 
+class CandidateWorkload(Base):
+    """One judged candidate's result on one workload: what per-shape composition picks
+    winners from (the candidate's row keeps only the aggregate). A table of its own, not a
+    column, so that stores written before it keep opening: the create-if-missing path adds it."""
+
+    __tablename__ = "candidate_workloads"
+    __table_args__ = (UniqueConstraint("candidate_id", "workload"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id"))
+    workload: Mapped[str] = mapped_column(String(128))  # the workload's uuid
+    status: Mapped[str] = mapped_column(String(32))
+    latency_ms: Mapped[float | None] = mapped_column(Float)  # T_k, PASSED only
+    sol_score: Mapped[float | None] = mapped_column(Float)  # GPU only
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True),
+                                                          default=utcnow)
+
+
 class ArchiveCell(Base):
     """One MAP-Elites cell of a problem's archive and its elite (the best fitness seen)."""
 
