@@ -132,10 +132,37 @@ def test_python_file_solution_returns_its_outputs(tmp_path):
     assert solution.name == "mine" and solution.definition == "rmsnorm_small"
 
 
-def test_preload_covers_torch_compile():
-    assert parse_solution(_solution("f = torch.compile(g)")).preload_modules() == (
-        "torch._dynamo",)
-    assert parse_solution(_solution("y = x + 1")).preload_modules() == ()
+@pytest.mark.parametrize("source", [
+    "f = torch.compile(g)", "@torch.compile(dynamic=False)\ndef f(x):\n    return x\n",
+    "from torch import compile\n", "import torch._dynamo\n", "import torch._inductor.config\n",
+    "torch.compiler.reset()\n", "program = torch.export.export(m, (x,))\n",
+    "from torch.nn.attention.flex_attention import flex_attention\n",
+    "f = torch.compile(g)  # the trigger is the code, not this comment\n"])
+def test_preload_covers_torch_compile(source):
+    assert parse_solution(_solution(source)).preload_modules() == ("torch._dynamo",)
+
+
+@pytest.mark.parametrize(("source", "path", "language"), [
+    ("y = x + 1", "kernel.py", "pytorch"),
+    ("# compiled for sm_90a; 1.1x torch.compile, torch._dynamo\ny = x + 1\n", "kernel.py",
+     "pytorch"),
+    ('"""Beats torch.compile and inductor; export-friendly."""\n\ndef run(x):\n'
+     '    return x  # no torch.export here\n', "kernel.py", "triton"),
+    ("// compiled with nvcc, exported through TVM-FFI\nint f() { return 0; }\n", "k.cu",
+     "cuda_cpp")])
+def test_no_preload_for_words_in_comments_and_docstrings(source, path, language):
+    """The warm-up costs seconds per candidate: a word in a comment or docstring does not pay
+    it (every shipped solution mentions torch.compile in its description)."""
+    solution = parse_solution(_solution(source, language=language, path=path))
+    assert "torch._dynamo" not in solution.preload_modules()
+
+
+def test_shipped_solutions_need_no_compile_warm_up():
+    """None of the shipped solutions calls torch.compile: none pays the warm-up."""
+    root = Path(__file__).resolve().parents[2] / "src" / "solforge" / "solutions"
+    preloaded = [str(p.relative_to(root)) for p in sorted(root.rglob("*.json"))
+                 if "torch._dynamo" in load_solution(p).preload_modules()]
+    assert preloaded == []
 
 
 # -- traces ------------------------------------------------------------------------------------

@@ -285,6 +285,26 @@ def test_warm_cache_is_a_copy_nothing_flows_back(tmp_path):
     assert not (template / "x").exists()
 
 
+def test_precompiled_headers_are_a_copy(tmp_path):
+    """A worker that compiles gets the template's precompiled headers in its own TMPDIR; what
+    it writes there stays in its copy."""
+    headers = tmp_path / "tmp"
+    (headers / "torchinductor_x" / "precompiled_headers").mkdir(parents=True)
+    header = headers / "torchinductor_x" / "precompiled_headers" / "h.h.gch"
+    header.write_text("trusted")
+    sandbox = Sandbox(policy_for((str(tmp_path),)))
+    try:
+        sandbox.copy_in_headers(None)
+        assert not any((sandbox.folder / "tmp").iterdir())
+        sandbox.copy_in_headers(headers)
+        copied = sandbox.folder / "tmp" / header.relative_to(headers)
+        assert copied.read_text() == "trusted"
+        copied.write_text("planted")
+    finally:
+        sandbox.remove()
+    assert header.read_text() == "trusted"
+
+
 def launcher_exec(spec, command: list[str]) -> list[str]:
     from solforge.harness.sandbox import launcher
 

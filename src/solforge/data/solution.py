@@ -14,7 +14,10 @@ so writing them to disk can never escape the build folder.
 
 from __future__ import annotations
 
+import io
 import json
+import re
+import tokenize
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -31,10 +34,14 @@ from solforge.data.languages import (
 from solforge.errors import SolforgeError
 
 CPP_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
-# Importing torch._dynamo re-binds a few torch functions (torch.manual_seed, ...). The worker
-# imports it before snapshotting them when a source may use torch.compile, so that re-binding is
-# not mistaken for the candidate's monkey-patching.
-_DYNAMO_WORDS = ("compile", "dynamo", "inductor", "export")
+# Names in a Python source's code (not its comments or strings) that reach torch._dynamo:
+# torch.compile and torch.compiler, dynamo and inductor themselves, torch.export, and
+# flex_attention, which runs through dynamo even when called eagerly. See uses_dynamo.
+DYNAMO_NAMES = frozenset({"compile", "compiler", "_dynamo", "_inductor", "export", "_export",
+                          "flex_attention", "_higher_order_ops"})
+# The same reached from another language (C++ embedding Python names them as dotted text).
+_DYNAMO_PATH = re.compile(
+    r"\btorch\s*\.\s*(?:_dynamo|_inductor|_export|compiler|compile|export)\b")
 # Libraries a solution declares in spec.dependencies that the worker imports before the guards'
 # snapshot (their import starts threads or patches torch, which is not the candidate's doing).
 LIBRARY_PRELOADS = {"flashinfer": "flashinfer", "flashinfer-python": "flashinfer",
@@ -106,10 +113,11 @@ class Solution:
         return f"{self.entry_file}::{self.entry_function}"
 
     def preload_modules(self) -> tuple[str, ...]:
-        """Modules the worker imports before the guards' snapshot (see _DYNAMO_WORDS)."""
+        """Modules the worker imports before the guards' snapshot (torch._dynamo where a source
+        uses it: see uses_dynamo)."""
         modules = list(preload_modules(self.languages, self.binding))
         modules += [LIBRARY_PRELOADS[d] for d in self.dependencies if d in LIBRARY_PRELOADS]
-        if any(word in source.content for source in self.sources for word in _DYNAMO_WORDS):
+        if any(uses_dynamo(source) for source in self.sources):
             modules.append("torch._dynamo")
         return tuple(modules)
 
@@ -135,6 +143,28 @@ class Solution:
         out["spec"] = spec
         out["sources"] = [{"path": s.path, "content": s.content} for s in self.sources]
         return out
+
+
+def uses_dynamo(source: SourceFile) -> bool:
+    """Whether the source's code names torch.compile, dynamo, inductor or export.
+
+    Importing torch._dynamo re-binds torch functions (torch.manual_seed, ...), and the first
+    compile registers kernels, modes and threads. For a solution that uses them the worker
+    imports dynamo and compiles once before the guards' snapshot, so none of it is mistaken for
+    the candidate's doing; that warm-up costs seconds, so it is not paid for a word in a comment
+    or a docstring ("compiled for sm_90a", "1.1x torch.compile"): in Python only the code's
+    names count (DYNAMO_NAMES), in other languages a dotted `torch.compile`-like path. A source
+    that reaches dynamo only through names it builds (getattr with a string,
+    importlib.import_module("torch._dynamo")) gets no warm-up, and the guards flag what dynamo
+    re-binds: obfuscated code is judged as such.
+    """
+    if not source.path.endswith(".py"):
+        return _DYNAMO_PATH.search(source.content) is not None
+    try:
+        return any(token.type == tokenize.NAME and token.string in DYNAMO_NAMES
+                   for token in tokenize.generate_tokens(io.StringIO(source.content).readline))
+    except (tokenize.TokenError, SyntaxError):  # not Python: it fails its import anyway
+        return _DYNAMO_PATH.search(source.content) is not None
 
 
 def load_solution(path: str | Path, definition_name: str = "") -> Solution:

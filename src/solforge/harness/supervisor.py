@@ -71,6 +71,8 @@ class Supervisor:
             spawned = shared_pool().take(env, _sandbox_maker(policy, warm), policy)
             sandbox = spawned.sandbox
             try:
+                if sandbox is not None and warm is not None and _compiles(role, solution):
+                    sandbox.copy_in_headers(jit_cache.headers(warm))
                 with protected_driver():
                     session = WorkerSession(
                         self._config(role, solution, _placed(build, sandbox), plan),
@@ -220,6 +222,15 @@ def _sandbox_maker(policy: Policy, warm: Path | None) -> SandboxMaker | None:
     if not policy.enabled:
         return None
     return lambda: Sandbox(policy, warm_cache=warm)
+
+
+def _compiles(role: str, solution: Solution | None) -> bool:
+    """Whether the worker runs torch.compile: the torch.compile baseline, or a candidate
+    whose sources use it (Solution.preload_modules)."""
+    if role == protocol.REFERENCE_COMPILE:
+        return True
+    return (role == protocol.CANDIDATE and solution is not None
+            and "torch._dynamo" in solution.preload_modules())
 
 
 def _placed(build: Build | None, sandbox: Sandbox | None) -> Build | None:

@@ -543,13 +543,19 @@ def work_parts() -> dict[str, float]:
 
 
 def _compile_once(device: torch.device) -> None:
-    """Compile and run a trivial function once: a solution that uses torch.compile would
+    """Compile and run a small function once: a solution that uses torch.compile would
     otherwise have dynamo, inductor and its backend register their kernels, modes and hooks
-    during its import or first call, after the guards' snapshot, as if it had installed them."""
+    during its import or first call, after the guards' snapshot, as if it had installed them.
+
+    The function is the one the trusted JIT-cache template is warmed with (sandbox/warm.py), so
+    a sandbox that starts from a copy of the template finds its compiled graph there: Inductor
+    imports, traces and registers what a compile does, but generates and builds no code (on the
+    CPU a C++ build of seconds). Without the template it is an ordinary compile."""
     import torch._dynamo
 
-    compiled = torch.compile(lambda x: x * 2 + 1, dynamic=False)
-    compiled(torch.ones(8, device=device))
+    from solforge.harness.sandbox.warm import warm
+
+    warm(str(device))
     torch._dynamo.reset()
 
 

@@ -76,6 +76,14 @@ class Sandbox:
         self._give(target, self.uid)
         return target
 
+    def copy_in_headers(self, headers: Path | None) -> None:
+        """Copy the template's precompiled C++ headers (jit_cache.headers) into this sandbox's
+        TMPDIR, where Inductor looks for them: a copy of its own, as for the caches."""
+        if headers is None:
+            return
+        shutil.copytree(headers, self.folder / "tmp", symlinks=True, dirs_exist_ok=True)
+        self._give(self.folder / "tmp", self.uid)
+
     def kill(self, process: subprocess.Popen) -> None:
         kill_sandbox(process, self.uid)
 

@@ -6,8 +6,10 @@ the CPU, Inductor's first compile probes the instruction sets by building small 
 (tens of seconds on a busy 2-core machine), Triton on the GPU builds its driver utilities.
 Those artifacts do not depend on the candidate, so the driver makes them once per machine and
 library versions, in a sandbox running only warm.py, keeps them in a folder of its own and
-copies them into each new sandbox (~1 MB, milliseconds). Nothing a candidate wrote ever flows
-back into the template.
+copies them into each new sandbox (~1 MB, milliseconds). Inductor's precompiled C++ headers
+(under the warm-up's TMPDIR, ~150 MB) are kept too, and copied only into the sandboxes of
+workers that run torch.compile (`headers`). Nothing a candidate wrote ever flows back into the
+template.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from solforge.harness.sandbox.policy import Policy
 
 WARM_TIMEOUT_S = 600.0
 READY = "ready"
+LAYOUT = "2"  # the template's folders: cache/, and tmp/ with Inductor's precompiled headers
 
 
 def template_root() -> Path:
-    versions = f"{torch.__version__} {platform.python_version()} {_triton_version()}"
+    versions = (f"{torch.__version__} {platform.python_version()} {_triton_version()} "
+                f"layout {LAYOUT}")
     tag = hashlib.sha256(versions.encode()).hexdigest()[:12]
     return Path(tempfile.gettempdir()) / f"solforge-jit-{os.getuid()}-{tag}"
 
@@ -61,6 +65,18 @@ def template(device_type: str, policy: Policy, env: dict[str, str]) -> Path | No
     return folder / "cache"
 
 
+def headers(cache: Path) -> Path | None:
+    """The precompiled C++ headers beside a template's `cache` folder (None: there are none).
+
+    Inductor keeps them under TMPDIR, not its cache folder, and on the CPU builds them (about
+    150 MB, 5-10 s on a busy 2-core machine) the first time a process compiles: so in every
+    fresh sandbox, the compile warm-up of a candidate that uses torch.compile included. They
+    do not depend on the candidate, so the warm-up's are kept, and copied only into the
+    sandboxes of workers that compile (most candidates never do)."""
+    found = cache.parent / "tmp"
+    return found if found.is_dir() and any(found.iterdir()) else None
+
+
 def _warm(folder: Path, policy: Policy, env: dict[str, str]) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     sandbox = Sandbox(policy)
@@ -77,6 +93,7 @@ def _warm(folder: Path, policy: Policy, env: dict[str, str]) -> None:
             kill_sandbox(process, sandbox.uid)
         if process.returncode == 0:
             shutil.copytree(sandbox.folder / "cache", folder / "cache", symlinks=True)
+            shutil.copytree(sandbox.folder / "tmp", folder / "tmp", symlinks=True)
             _own(folder)
             (folder / READY).write_text("made by solforge.harness.sandbox.warm\n")
     finally:

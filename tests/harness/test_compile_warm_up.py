@@ -1,0 +1,53 @@
+"""The compile warm-up of a candidate that uses torch.compile (worker._compile_once) starts
+from the trusted JIT template: its graph is found in the template's Inductor cache and the
+precompiled C++ headers in the template's TMPDIR, so on the CPU it generates, builds and
+precompiles nothing (11-14 s per candidate on the 2-core machine when it did)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from solforge.harness.process import python_env
+from solforge.harness.sandbox import jit_cache, policy_for
+from solforge.harness.supervisor import worker_env
+
+_PROBE = """
+import json, sys, torch
+from torch._dynamo.utils import counters
+from solforge.harness.worker import _compile_once
+_compile_once(torch.device("cpu"))
+print(json.dumps(dict(counters["inductor"])))
+"""
+
+
+@pytest.mark.slow
+def test_compile_warm_up_builds_nothing_from_the_template(tmp_path):
+    env = worker_env("cpu")
+    policy = policy_for((str(tmp_path),), "cpu")
+    cache = jit_cache.template("cpu", policy, env)
+    if cache is None:
+        pytest.skip("no JIT template on this machine (its warm-up failed)")
+    headers = jit_cache.headers(cache)
+    assert headers is not None, "the template keeps Inductor's precompiled headers"
+    shutil.copytree(cache, tmp_path / "cache")
+    shutil.copytree(headers, tmp_path / "tmp")
+    before = _built(tmp_path / "tmp")
+    env = python_env({**env, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache" / "inductor"),
+                      "TMPDIR": str(tmp_path / "tmp"), "USER": "solforge-sandbox",
+                      "LOGNAME": "solforge-sandbox"})
+    finished = subprocess.run([sys.executable, "-c", _PROBE], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    counters = json.loads(finished.stdout.strip().splitlines()[-1])
+    assert counters.get("fxgraph_cache_hit") == 1 and not counters.get("fxgraph_cache_miss")
+    assert _built(tmp_path / "tmp") == before, "the precompiled headers were built again"
+
+
+def _built(folder: Path) -> dict[str, float]:
+    return {str(p): p.stat().st_mtime for p in folder.rglob("*.gch")}
