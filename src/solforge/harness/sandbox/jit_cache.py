@@ -37,8 +37,11 @@ LAYOUT = "2"  # the template's folders: cache/, and tmp/ with Inductor's precomp
 
 
 def template_root() -> Path:
+    """One template per library versions and install: Inductor's keys (its precompiled
+    header's among them) name the paths of torch's headers, so two environments with the same
+    versions on one machine would not find each other's artifacts."""
     versions = (f"{torch.__version__} {platform.python_version()} {_triton_version()} "
-                f"layout {LAYOUT}")
+                f"{Path(torch.__file__).parent} layout {LAYOUT}")
     tag = hashlib.sha256(versions.encode()).hexdigest()[:12]
     return Path(tempfile.gettempdir()) / f"solforge-jit-{os.getuid()}-{tag}"
 
