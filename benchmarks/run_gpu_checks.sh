@@ -155,8 +155,10 @@ stage_forge() {
     seed_from_results h200-forge-cuts.jsonl "$out/forge/h200-forge-cuts.jsonl"
     seed_from_results h200-forge-compose.jsonl "$out/forge/h200-forge-compose.jsonl"
     import_baselines
+    local compose=()
+    [ "${FORGE_COMPOSE:-0}" = 1 ] && compose=(--compose)
     "$python" benchmarks/forge_gpu.py "$out/forge" --deadline-s "$deadline" \
-        ${FORGE_COMPOSE:+--compose} 2>&1 | tee -a "$out/forge.log"
+        "${compose[@]}" 2>&1 | tee -a "$out/forge.log"
     pack_store "$out/forge/forge.db" "$out/forge/h200-forge.db.gz"
     export_baselines
 }

@@ -25,6 +25,18 @@ def _run(script: Path, *args: str) -> subprocess.CompletedProcess:
     return done
 
 
+def _load_script(path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A benchmark script as a module, registered in sys.modules (its dataclasses look it up
+    there) for the test's length."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, script)
+    spec.loader.exec_module(script)
+    return script
+
+
 @pytest.fixture
 def run_here(monkeypatch, capsys):
     """A later call of a script, run as its command line runs it (`__main__`) but in this
@@ -131,15 +143,11 @@ def test_a_forge_search_cut_by_the_deadline_goes_on_in_the_next_call(tmp_path, m
     """A search gets the call's time left less the margins; the deadline cutting it is noted,
     not recorded as done, and the next call goes on with the rest of its budget and reports
     both calls' candidates and seconds. Too little time left starts no search."""
-    import importlib.util
     from contextlib import nullcontext
 
     from solforge.forge.loop import SearchOutcome
 
-    spec = importlib.util.spec_from_file_location("forge_gpu", FORGE_SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, script)  # its dataclasses look it up there
-    spec.loader.exec_module(script)
+    script = _load_script(FORGE_SCRIPT, monkeypatch)
     given, outcomes = [], [SearchOutcome(4, 0, 0, None, [], out_of_time=True),
                            SearchOutcome(6, 4, 0, None, [])]
 
@@ -174,15 +182,11 @@ def test_forge_compose_adds_a_composite_to_finished_problems_once(tmp_path, monk
     """`--compose` composes the problems an earlier call finished, each once; one the deadline
     cuts is composed by the next call; the summary's records gain `composite` (and keep every
     key they had), and records of problems never composed are unchanged."""
-    import importlib.util
     from contextlib import nullcontext
 
     from solforge.forge.compose import Composition
 
-    spec = importlib.util.spec_from_file_location("forge_gpu", FORGE_SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, script)
-    spec.loader.exec_module(script)
+    script = _load_script(FORGE_SCRIPT, monkeypatch)
     composed = [None, Composition(None, {}, None, "one candidate is the fastest on every "
                                                   "workload shape")]
     given = []
@@ -251,12 +255,7 @@ def test_throughput_script_measures_every_stage_and_resumes(tmp_path, run_here):
 def test_throughput_keeps_each_problem_and_goes_on_from_the_next(tmp_path, monkeypatch):
     """A problem searched in an earlier call is read back, not searched again, and the
     optimizer stage stays open (and the record incomplete) while a problem is left."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("throughput_gpu", THROUGHPUT_SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, script)  # its dataclasses look it up there
-    spec.loader.exec_module(script)
+    script = _load_script(THROUGHPUT_SCRIPT, monkeypatch)
     call = script.Call(tmp_path, tmp_path / "state", "cpu", "cpu", 4, ("l1/a", "l1/b"), 0, 0,
                        time.monotonic() + 600)
     call.state.mkdir()
@@ -274,12 +273,7 @@ def test_throughput_keeps_each_problem_and_goes_on_from_the_next(tmp_path, monke
 def test_a_suite_sample_without_the_time_for_it_is_not_started_nor_kept(tmp_path, monkeypatch):
     """A sample cut by the call's limit would record nothing: it is not started, no result is
     kept, and the next call starts it again."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("throughput_gpu", THROUGHPUT_SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, script)
-    spec.loader.exec_module(script)
+    script = _load_script(THROUGHPUT_SCRIPT, monkeypatch)
     call = script.Call(tmp_path, tmp_path / "state", "cpu", "cpu", 4, ("l1/a",), 0, 3,
                        time.monotonic() + 50)  # three problems need about 60 s, plus a margin
     call.state.mkdir()
