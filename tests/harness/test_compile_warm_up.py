@@ -27,7 +27,14 @@ print(json.dumps(dict(counters["inductor"])))
 
 
 @pytest.mark.slow
-def test_compile_warm_up_builds_nothing_from_the_template(tmp_path):
+@pytest.mark.parametrize("threads", [None, "1"])
+def test_compile_warm_up_builds_nothing_from_the_template(tmp_path, monkeypatch, threads):
+    """Whatever the thread count (the local runner gives each slot cores // slots): Inductor's
+    graph keys name it, so one template warmed under another count would be all misses."""
+    if threads is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
     env = worker_env("cpu")
     policy = policy_for((str(tmp_path),), "cpu")
     cache = jit_cache.template("cpu", policy, env)
@@ -47,6 +54,14 @@ def test_compile_warm_up_builds_nothing_from_the_template(tmp_path):
     counters = json.loads(finished.stdout.strip().splitlines()[-1])
     assert counters.get("fxgraph_cache_hit") == 1 and not counters.get("fxgraph_cache_miss")
     assert _built(tmp_path / "tmp") == before, "the precompiled headers were built again"
+
+
+def test_cpu_templates_are_kept_per_thread_count():
+    assert jit_cache.flavour("cpu", {}) == "cpu"
+    assert jit_cache.flavour("cpu", {"OMP_NUM_THREADS": "1"}) == "cpu-threads-1"
+    assert jit_cache.flavour("cpu", {"OMP_NUM_THREADS": " 4 "}) == "cpu-threads-4"
+    assert jit_cache.flavour("cpu", {"OMP_NUM_THREADS": "bogus"}) == "cpu"
+    assert jit_cache.flavour("cuda", {"OMP_NUM_THREADS": "1"}) == "cuda"
 
 
 def _built(folder: Path) -> dict[str, float]:

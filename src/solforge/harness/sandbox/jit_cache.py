@@ -46,26 +46,37 @@ def template_root() -> Path:
     return Path(tempfile.gettempdir()) / f"solforge-jit-{os.getuid()}-{tag}"
 
 
-_failed: set[str] = set()  # device types whose warm-up failed in this process (not retried)
+_failed: set[str] = set()  # templates whose warm-up failed in this process (not retried)
 
 
 def template(device_type: str, policy: Policy, env: dict[str, str]) -> Path | None:
     """The warm cache folder for `device_type`, made on first use; None if warming failed."""
     root = template_root()
-    folder = root / device_type
+    folder = root / flavour(device_type, env)
     if (folder / READY).is_file():
         return folder / "cache"
-    if device_type in _failed:
+    if folder.name in _failed:
         return None
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one warm-up per machine, other drivers wait
         if not (folder / READY).is_file():
-            _warm(folder, policy, env)
+            _warm(folder, device_type, policy, env)
     if not (folder / READY).is_file():
-        _failed.add(device_type)
+        _failed.add(folder.name)
         return None
     return folder / "cache"
+
+
+def flavour(device_type: str, env: dict[str, str]) -> str:
+    """The template's folder name: on the CPU, Inductor's C++ kernels are specialised on the
+    worker's thread count (torch.get_num_threads(), set by OMP_NUM_THREADS where given), and
+    its graph cache keys name it, so a template warmed under one count is all misses under
+    another (the local runner gives each of its slots cores // slots threads)."""
+    if device_type != "cpu":
+        return device_type
+    threads = env.get("OMP_NUM_THREADS", "").strip()
+    return f"cpu-threads-{threads}" if threads.isdigit() else "cpu"
 
 
 def headers(cache: Path) -> Path | None:
@@ -80,13 +91,13 @@ def headers(cache: Path) -> Path | None:
     return found if found.is_dir() and any(found.iterdir()) else None
 
 
-def _warm(folder: Path, policy: Policy, env: dict[str, str]) -> None:
+def _warm(folder: Path, device_type: str, policy: Policy, env: dict[str, str]) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     sandbox = Sandbox(policy)
     try:
         spec = sandbox.spec()
         argv = launcher.command([spec.to_json(), "solforge.harness.sandbox.warm",
-                                 folder.name])
+                                 device_type])
         with protected_driver():
             process = subprocess.Popen(argv, env=sandbox.env(env), cwd=spec.cwd,
                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
