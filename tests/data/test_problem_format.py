@@ -255,6 +255,32 @@ def test_custom_inputs_come_from_the_entrypoint(make_problem):
     check_problem(problem.root)
 
 
+def test_meta_inputs_have_the_shapes_dtypes_and_strides_of_real_ones(make_problem):
+    """What a compile ahead specialises on (forge/capture.py), with no data and no device work;
+    custom inputs too (made on the CPU, then moved)."""
+    definition = {
+        "name": "route", "op_type": "moe", "custom_inputs_entrypoint": "make_inputs",
+        "axes": {"T": {"type": "var"}, "E": {"type": "const", "value": 5},
+                 "H": {"type": "const", "value": 4}, "K": {"type": "const", "value": 2}},
+        "inputs": {"x": {"shape": ["T", "H"], "dtype": "bfloat16"},
+                   "ids": {"shape": ["T", "K"], "dtype": "int32"},
+                   "w": {"shape": ["H", "H"], "dtype": "float4_e2m1fn_x2"}},
+        "outputs": {"y": {"shape": ["T", "H"], "dtype": "bfloat16"}},
+        "reference": CUSTOM_REFERENCE.replace("def run(x, ids):", "def run(x, ids, w):"),
+    }
+    workload = {"uuid": "w", "axes": {"T": 100},
+                "inputs": {"x": {"type": "random"}, "ids": {"type": "custom"},
+                           "w": {"type": "random"}}}
+    problem = load_problem(make_problem(definition, [workload]))
+    real = make_inputs(problem, problem.workloads[0])
+    meta = make_inputs(problem, problem.workloads[0], "meta")
+    assert list(meta) == list(real)
+    for name, tensor in meta.items():
+        assert tensor.device.type == "meta"
+        assert (tensor.shape, tensor.dtype, tensor.stride()) == (
+            real[name].shape, real[name].dtype, real[name].stride()), name
+
+
 def test_safetensors_inputs_load_relative_to_the_problem(make_problem, tmp_path):
     safetensors = pytest.importorskip("safetensors.torch")
     definition = rmsnorm_definition()

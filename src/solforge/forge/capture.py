@@ -103,14 +103,19 @@ class CaptureJob:
     problem: Problem
     workload: Workload
     autotune_config: int = 0  # which config of each autotuned kernel (see capture_kernels)
+    device: str | None = None  # where its inputs are made (None: the call's `device`)
+    describe: bool = True  # False: compiled for Triton's cache only, no kernels come back
 
 
 CaptureOutcome = tuple[CompiledKernel, ...] | DescriptorError  # a job's kernels or its error
 
 
 def capture_solutions(jobs: Sequence[CaptureJob], target: str = "sm_90a", device: str = "cpu",
-                      sass: bool = True, timeout_s: float = 600.0) -> list[CaptureOutcome]:
+                      sass: bool = True, timeout_s: float = 600.0,
+                      keep_triton: Callable[[Path], Any] | None = None) -> list[CaptureOutcome]:
     """Capture each job's kernels (see capture_kernels) in one fresh Python process.
+    `keep_triton` is given the process's Triton cache folder (every job's compiled kernels)
+    after it succeeded, before the folder is removed (see harness/sandbox/jit_ahead.py).
 
     The candidates' code never runs in the caller: it runs in a sandbox like a worker's (a
     private uid, writes only to its own folder and the result's, no ptrace, no baseline key's
@@ -132,6 +137,7 @@ def capture_solutions(jobs: Sequence[CaptureJob], target: str = "sm_90a", device
         request, result = folder / "request.json", output / "result.json"
         request.write_text(json.dumps({
             "target": target, "device": device, "sass": sass,
+            "triton_cache": str(output / "triton") if keep_triton else None,
             "jobs": [_job_to_json(job) for job in jobs]}))
         request.chmod(0o644)
         env = {key: value for key, value in python_env(dict(os.environ)).items()
@@ -146,12 +152,15 @@ def capture_solutions(jobs: Sequence[CaptureJob], target: str = "sm_90a", device
             failure = DescriptorError(f"the capture process {reason}:\n{finished.log[-3000:]}")
             return [failure for _ in jobs]
         outcomes = json.loads(result.read_text())["results"]
+        if keep_triton is not None:
+            keep_triton(output / "triton")
     return [_outcome_from_json(outcome) for outcome in outcomes]
 
 
 def _job_to_json(job: CaptureJob) -> dict[str, Any]:
     return {"solution": job.solution.to_dict(), "problem": str(Path(job.problem.root).resolve()),
-            "workload": job.workload.uuid, "autotune_config": job.autotune_config}
+            "workload": job.workload.uuid, "autotune_config": job.autotune_config,
+            "device": job.device, "describe": job.describe}
 
 
 def _outcome_from_json(outcome: dict[str, Any]) -> CaptureOutcome:
@@ -180,6 +189,8 @@ def _kernel_from_json(record: dict[str, Any]) -> CompiledKernel:
 def _capture_main(request_path: str, result_path: str) -> None:
     """The child: capture every job, then disassemble all their kernels at once."""
     request = json.loads(Path(request_path).read_text())
+    if request.get("triton_cache"):
+        triton.knobs.cache.dir = request["triton_cache"]
     outcomes = [_capture_job(job, request) for job in request["jobs"]]
     captured = [kernel for outcome in outcomes if isinstance(outcome, tuple) for kernel in outcome]
     disassembled = iter(with_sass(captured) if request["sass"] else captured)
@@ -198,9 +209,10 @@ def _capture_job(job: dict[str, Any], request: dict[str, Any]) -> CaptureOutcome
         solution = parse_solution(job["solution"])
         problem = load_problem(job["problem"])
         arguments = workload_arguments(solution, problem, problem.workload(job["workload"]),
-                                       request["device"])
-        return capture_kernels(solution, arguments, request["target"], job["autotune_config"],
-                               sass=False)
+                                       job.get("device") or request["device"])
+        kernels = capture_kernels(solution, arguments, request["target"],
+                                  job["autotune_config"], sass=False)
+        return kernels if job.get("describe", True) else ()
     except SolforgeError as exc:
         return DescriptorError(str(exc))
     except Exception as exc:

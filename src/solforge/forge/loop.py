@@ -27,6 +27,10 @@ The GPU never waits on the CPU's share of the work: a batch holds `QUEUE_AHEAD` 
 than the runner has slots (the runner queues them; its spare processes start the next unit the
 moment a slot frees), and each candidate's descriptor (its Triton kernels compiled for sm_90a,
 a CPU job) is captured in a thread of its own while the batch is being judged, not after.
+On a GPU that capture also compiles the kernels of every other workload the harness will time
+(on meta tensors) and keeps its Triton cache for the candidate's worker (harness/sandbox/
+jit_ahead.py), so a unit that starts after its capture ended compiles none of its kernels on the
+GPU's time; each candidate's kept kernels are removed once it is judged.
 A candidate already judged for this problem, by this run or another worker, is not judged
 again. Only a PASSED candidate with a fitness can become an elite; a REWARD_HACK is stored with
 its evidence and never does.
@@ -34,16 +38,18 @@ its evidence and never does.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from solforge.data.solution import parse_solution
+from solforge.data.solution import Solution, parse_solution
 from solforge.data.trace import Status, Trace
 from solforge.data.workload import Workload
 from solforge.errors import SolforgeError
@@ -53,7 +59,8 @@ from solforge.forge.compose import Composition, compose
 from solforge.forge.fitness import Verdict, verdict, workload_results
 from solforge.forge.search import search
 from solforge.forge.templates import templates_for
-from solforge.harness.evaluate import EvalConfig, evaluate, select_workloads
+from solforge.harness.evaluate import EvalConfig, default_cache_dir, evaluate, select_workloads
+from solforge.harness.sandbox import jit_ahead
 from solforge.humanize import fitness
 from solforge.problem.problem import Problem
 
@@ -141,6 +148,9 @@ class Optimizer:
         self.address = address
         self.parallel = runner.slots + QUEUE_AHEAD if runner is not None else 1
         self._describing = ThreadPoolExecutor(DESCRIBE_THREADS, "describe")
+        self._ahead_root = (None if config.device == "cpu" else  # the interpreter compiles none
+                            (config.cache_dir or default_cache_dir()) / jit_ahead.FOLDER)
+        self._kept_ahead: set[Path] = set()  # this run's kernels compiled ahead, until judged
         self.judged = self.reused = self.hacks = self.rejudged = 0
         self.deadline = (time.monotonic() + 60 * config.minutes) if config.minutes else None
         self.attempts: list = []
@@ -159,6 +169,7 @@ class Optimizer:
                 self._until_exhausted(lambda: self._stalls_end(self._llm, "the model"))
         finally:
             self._describing.shutdown(wait=True, cancel_futures=True)
+            self._discard_ahead()
         return self._outcome()
 
     def _outcome(self) -> SearchOutcome:
@@ -404,6 +415,8 @@ class Optimizer:
             self._announce(record, judged)
         else:
             self.report(f"{record.name}: {judged.status}")
+        if self._ahead_root is not None:  # its worker has run: the kernels kept ahead are done
+            jit_ahead.discard(self._ahead_root, parse_solution(solution))
         gained = cell is not None and _gain(judged.fitness, previous)  # an elite that rose
         self.without_gain = 0 if gained else self.without_gain + 1
 
@@ -430,9 +443,14 @@ class Optimizer:
 
         workload = self.problem.smallest_workload()
         device = "cpu" if self.config.device == "cpu" else "cuda"
+        parsed = parse_solution(solution)
+        ahead, keep = (), None
+        if self._ahead_root is not None:  # the kernels of every workload the worker will time
+            ahead = select_workloads(self.problem, self._eval_config(), torch.device(device))
+            keep = partial(self._keep_ahead, solution=parsed)
         try:
-            found = describe_solution(parse_solution(solution), self.problem, workload,
-                                      device=device)
+            found = describe_solution(parsed, self.problem, workload, device=device,
+                                      ahead=ahead, keep_triton=keep)
         except DescriptorError as exc:
             self.report(f"{solution.get('name')}: no descriptor ({exc}); kept out of the archive")
             return {}, None
@@ -440,6 +458,19 @@ class Optimizer:
                       "parallel": found.parallel, "tile_class": found.tile_class,
                       "evidence": list(found.evidence)}
         return descriptor, "/".join(found.cell())
+
+    def _keep_ahead(self, cache: Path, solution: Solution) -> None:
+        """Keep the kernels the description compiled, for the candidate's worker to find
+        (harness/sandbox/jit_ahead.py): its Triton JIT then compiles none of them again."""
+        if jit_ahead.keep(cache, self._ahead_root, solution):
+            self._kept_ahead.add(jit_ahead.folder(self._ahead_root, solution))
+
+    def _discard_ahead(self) -> None:
+        """Remove what this run kept ahead and no worker took (a candidate judged before its
+        description ended, or a run cut short)."""
+        for folder in list(self._kept_ahead):
+            shutil.rmtree(folder, ignore_errors=True)
+        self._kept_ahead.clear()
 
     def _announce(self, record: archive.CandidateRecord, judged: Verdict) -> None:
         improved = self.best_fitness is None or judged.fitness > self.best_fitness

@@ -60,6 +60,7 @@ from solforge.harness.library_baselines import (
 )
 from solforge.harness.oracle import ReferenceOracle
 from solforge.harness.phases import phase
+from solforge.harness.sandbox import jit_ahead
 from solforge.harness.seeds import SeedPlan, draw_secret
 from solforge.harness.session import Limits
 from solforge.harness.sol import SpeedOfLight, below_floor, score, speed_of_light
@@ -192,7 +193,8 @@ class EvaluationRun:
         self.timing_method = "cpu" if self.device.type == "cpu" else config.timing
         self.supervisor = Supervisor(problem.root, self.device,
                                      ReferenceOracle(problem, self.device), self.timing_method,
-                                     config.limits, config.max_restarts, self.cache_dir)
+                                     config.limits, config.max_restarts, self.cache_dir,
+                                     self.cache_dir / jit_ahead.FOLDER)
         self.environment = environment(self.device, self.supervisor.sandbox_policy().active)
 
     def prepare_workers(self, count: int) -> None:

@@ -18,6 +18,8 @@ The phases the harness records (seconds, wall clock, in the process that drives 
   (waiting to be taken), `config` (the CONFIG frame and the problem), `preload` (libraries the
   solution declares), `warm_up` (the harness's own warm-up again), `guards` (their snapshot).
 - `build`: compiling the solution (C++/CUDA) in its own process.
+- `triton_ahead`: copying the candidate's Triton kernels compiled ahead into its worker's
+  sandbox (sandbox/jit_ahead.py); what they save shows in `round_calls`, the first calls.
 - `correctness`: the correctness rounds (worker calls plus frames), `reference` excluded.
 - `reference`: the driver computing reference outputs (rounds and re-checked timed calls).
 - `timing`: the timed loop (warm-up, L2 flushes, the calls, seed requests).

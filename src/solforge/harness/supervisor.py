@@ -32,7 +32,14 @@ from solforge.harness.phases import phase, record
 from solforge.harness.pool import SandboxMaker, shared_pool
 from solforge.harness.process import python_env
 from solforge.harness.protocol import WorkerConfig
-from solforge.harness.sandbox import Policy, Sandbox, jit_cache, policy_for, protected_driver
+from solforge.harness.sandbox import (
+    Policy,
+    Sandbox,
+    jit_ahead,
+    jit_cache,
+    policy_for,
+    protected_driver,
+)
 from solforge.harness.session import Limits, WorkerLost, WorkerSession
 from solforge.harness.startup import waited_steps
 
@@ -56,6 +63,7 @@ class Supervisor:
     limits: Limits
     max_restarts: int
     workdir: Path  # the workers' working directory when there are no sources
+    ahead_root: Path | None = None  # candidates' Triton kernels compiled ahead (jit_ahead.py)
 
     def run(self, role: str, solution: Solution | None, build: Build | None, plan: Plan,
             workloads: list[Workload], report: Progress) -> RoleRun:
@@ -73,6 +81,9 @@ class Supervisor:
             try:
                 if sandbox is not None and warm is not None and _compiles(role, solution):
                     sandbox.copy_in_headers(jit_cache.headers(warm))
+                if sandbox is not None:
+                    with phase("triton_ahead"):
+                        sandbox.copy_in_triton(self._ahead(role, solution))
                 with protected_driver():
                     session = WorkerSession(
                         self._config(role, solution, _placed(build, sandbox), plan),
@@ -109,6 +120,12 @@ class Supervisor:
         if not policy.enabled:
             return None
         return jit_cache.template(self.device.type, policy, self._env())
+
+    def _ahead(self, role: str, solution: Solution | None) -> Path | None:
+        """The candidate's own Triton kernels compiled ahead, if any (never a baseline's)."""
+        if role != protocol.CANDIDATE or solution is None or self.ahead_root is None:
+            return None
+        return jit_ahead.folder(self.ahead_root, solution)
 
     def _drive(self, session: WorkerSession, role: str, plan: Plan,
                pending: list[Workload], results: dict[str, WorkloadResult],

@@ -43,9 +43,17 @@ def input_seed(seed: int, name: str) -> int:
 
 def make_inputs(problem: Problem, workload: Workload, device: str | torch.device = "cpu",
                 seed: int = 0) -> dict[str, Any]:
-    """All inputs of a workload, in definition order (tensors, 0-D tensors or Python scalars)."""
+    """All inputs of a workload, in definition order (tensors, 0-D tensors or Python scalars).
+
+    On the meta device the tensors have their shapes, dtypes and strides but no data (what a
+    compile specialises on; nothing runs): custom inputs are generated on the CPU and moved."""
     device = torch.device(device)
-    values = custom_inputs(problem, workload, device, seed)
+    if device.type == "meta":
+        values = {name: value.to(device) if isinstance(value, torch.Tensor) else value
+                  for name, value in custom_inputs(problem, workload, torch.device("cpu"),
+                                                   seed).items()}
+    else:
+        values = custom_inputs(problem, workload, device, seed)
     for name in problem.definition.inputs:
         if name not in values:
             values[name] = make_input(problem, workload, name, device, seed)
@@ -64,6 +72,9 @@ def make_input(problem: Problem, workload: Workload, name: str, device: torch.de
         return _load_safetensors(problem, source, name, shape, spec.dtype, device)
     if source.kind == "custom":
         raise ValueError(f"{name} is a custom input: use custom_inputs()")
+    if device.type == "meta":
+        return torch.empty(storage_shape(shape, spec.dtype), dtype=spec.dtype.torch_dtype,
+                           device=device)
     generator = torch.Generator(device=device).manual_seed(input_seed(seed, name))
     return random_tensor(name, shape, spec.dtype, device, generator)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from solforge.harness.sandbox.driver import kill_sandbox
 from solforge.harness.sandbox.identity import draw_uid
+from solforge.harness.sandbox.jit_ahead import regular_files
 from solforge.harness.sandbox.policy import Policy
 from solforge.harness.sandbox.spec import SandboxSpec
 
@@ -75,6 +76,20 @@ class Sandbox:
             shutil.copy2(path, destination)
         self._give(target, self.uid)
         return target
+
+    def copy_in_triton(self, kernels: Path | None) -> None:
+        """Merge a candidate's Triton kernels compiled ahead (jit_ahead.py) into this
+        sandbox's Triton cache, where its JIT looks them up: regular files only."""
+        if kernels is None or not kernels.is_dir():
+            return
+        cache = self.folder / "cache" / "triton"
+        for path in regular_files(kernels):
+            target = cache / path.relative_to(kernels)
+            with contextlib.suppress(OSError):  # removed meanwhile: that kernel is compiled
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target, follow_symlinks=False)
+        if cache.is_dir():
+            self._give(cache, self.uid)
 
     def copy_in_headers(self, headers: Path | None) -> None:
         """Copy the template's precompiled C++ headers (jit_cache.headers) into this sandbox's

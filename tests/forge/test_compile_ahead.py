@@ -1,0 +1,181 @@
+"""The optimizer's description of a candidate compiles its kernels for every workload the
+harness will time (the others on meta tensors), and keeps that Triton cache for the candidate's
+worker: Triton, given it, compiles nothing for the workloads' real arguments. On the GPU that is
+the first call's JIT compile taken off the GPU's critical path (harness/sandbox/jit_ahead.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from helpers import write_problem
+
+from solforge.data.solution import parse_solution, solution_from_python
+from solforge.forge import descriptors
+from solforge.forge.descriptors import Descriptor, describe_solution
+from solforge.forge.loop import OptimizeConfig, Optimizer
+from solforge.forge.templates import template_named
+from solforge.harness.sandbox import jit_ahead
+from solforge.problem.problem import load_problem
+from solforge.problem.suite import open_problem
+from solforge.store import Store
+
+ADD = {
+    "name": "add", "op_type": "elementwise",
+    "axes": {"n": {"type": "var"}},
+    "inputs": {"x": {"shape": ["n"], "dtype": "float32"},
+               "y": {"shape": ["n"], "dtype": "float32"}},
+    "outputs": {"out": {"shape": ["n"], "dtype": "float32"}},
+    "reference": "def run(x, y):\n    return x + y\n",
+}
+# Destination-passing, as the templates are; n divisible by 16 or not is two specialisations.
+ADD_SOURCE = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask)
+             + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+def run(x, y, out):
+    n = x.numel()
+    _add[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+'''
+# Triton's JIT on the workloads' real arguments (CPU tensors, Triton out of interpreter mode),
+# through the same specialisation as the worker's first call; prints the cache's kernels after.
+CONSUMER = '''
+import json, sys
+from pathlib import Path
+from solforge.data.solution import parse_solution
+from solforge.forge.capture import capture_kernels, workload_arguments
+from solforge.problem.problem import load_problem
+from solforge.problem.suite import open_problem
+from solforge.store import Store
+
+solution = parse_solution(json.loads(Path(sys.argv[1]).read_text()))
+problem = load_problem(sys.argv[2])
+for workload in problem.workloads:
+    capture_kernels(solution, workload_arguments(solution, problem, workload, "cpu"), sass=False)
+print(json.dumps(sorted(p.parent.name for p in Path(sys.argv[3]).rglob("*.cubin"))))
+'''
+
+
+def _kernels(cache: Path) -> list[str]:
+    return sorted(path.parent.name for path in cache.rglob("*.cubin"))
+
+
+def test_kernels_compiled_ahead_are_the_workers_cache_hits(tmp_path):
+    problem = load_problem(write_problem(tmp_path / "add", ADD,
+                                         [{"axes": {"n": 8192}}, {"axes": {"n": 8190}}]))
+    solution = replace(solution_from_python(ADD_SOURCE, "add"), destination_passing_style=True)
+    root = tmp_path / "ahead"
+    describe_solution(solution, problem, problem.workloads[0], sass=False,
+                      ahead=problem.workloads,
+                      keep_triton=lambda cache: jit_ahead.keep(cache, root, solution))
+    kept = jit_ahead.folder(root, solution)
+    assert len(_kernels(kept)) == 2, "one kernel per specialisation, the second made on meta"
+
+    cache = tmp_path / "worker-cache"
+    shutil.copytree(kept, cache)
+    (tmp_path / "solution.json").write_text(json.dumps(solution.to_dict()))
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(cache)
+    finished = subprocess.run([sys.executable, "-c", CONSUMER, str(tmp_path / "solution.json"),
+                               str(problem.root), str(cache)], env=env, capture_output=True,
+                              text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    after = json.loads(finished.stdout.strip().splitlines()[-1])
+    assert after == _kernels(kept), "Triton compiled a kernel the ahead cache should have held"
+
+
+def test_the_optimizer_keeps_kernels_ahead_on_a_gpu_only(tmp_path, monkeypatch):
+    problem = load_problem(write_problem(tmp_path / "add", ADD,
+                                         [{"axes": {"n": 8192}}, {"axes": {"n": 8190}}]))
+    store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
+    solution = replace(solution_from_python(ADD_SOURCE, "add"), destination_passing_style=True)
+    calls = []
+
+    def describe(solution, problem, workload, device, ahead, keep_triton):
+        calls.append((device, [w.uuid for w in ahead]))
+        cache = tmp_path / "triton"
+        (cache / "H1").mkdir(parents=True, exist_ok=True)
+        (cache / "H1" / "k.cubin").write_bytes(b"cubin")
+        if keep_triton is not None:
+            keep_triton(cache)
+        return Descriptor("plain", "cuda_core", "tile_per_program", "small", ())
+
+    monkeypatch.setattr(descriptors, "describe_solution", describe)
+    root = tmp_path / "cache" / jit_ahead.FOLDER
+    config = {"budget": 1, "baseline": "eager", "cache_dir": tmp_path / "cache"}
+    gpu = Optimizer(problem, store, OptimizeConfig(device="cuda", **config), lambda line: None)
+    assert gpu._describe(solution.to_dict())[1] == "plain/cuda_core/tile_per_program/small"
+    assert calls == [("cuda", ["w0", "w1"])]  # every workload the GPU will time
+    assert (jit_ahead.folder(root, solution) / "H1" / "k.cubin").read_bytes() == b"cubin"
+    gpu._discard_ahead()
+    assert not jit_ahead.folder(root, solution).exists()
+
+    cpu = Optimizer(problem, store, OptimizeConfig(device="cpu", **config), lambda line: None)
+    cpu._describe(solution.to_dict())
+    assert calls[-1] == ("cpu", [])  # Triton's interpreter compiles nothing
+
+
+# The worker's own path on a GPU: Triton's JIT launching each kernel for real on every
+# workload's CUDA arguments; prints the cache's kernels after.
+GPU_CONSUMER = '''
+import importlib, json, sys, torch
+from pathlib import Path
+from solforge.data.solution import parse_solution
+from solforge.forge.capture import workload_arguments
+from solforge.problem.problem import load_problem
+from solforge.problem.suite import open_problem
+
+solution = parse_solution(json.loads(Path(sys.argv[1]).read_text()))
+problem = load_problem(sys.argv[2])
+folder = Path(sys.argv[4])
+solution.write_sources(folder)
+sys.path.insert(0, str(folder))
+module = solution.entry_file.removesuffix(".py").replace("/", ".")
+entry = getattr(importlib.import_module(module), solution.entry_function)
+for workload in problem.workloads:
+    entry(*workload_arguments(solution, problem, workload, "cuda"))
+torch.cuda.synchronize()
+print(json.dumps(sorted(p.parent.name for p in Path(sys.argv[3]).rglob("*.cubin"))))
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("template", ["gemm", "gemm_tma"])
+def test_on_the_gpu_the_jit_finds_every_kernel_compiled_ahead(tmp_path, template):
+    """The capture's specialisation (CUDA arguments for the described workload, meta tensors for
+    the others) is the one Triton's JIT makes when the worker calls the candidate."""
+    problem = open_problem("l1/gemm_llama3_1_8b_o_proj")
+    chosen = template_named(template)
+    params = next(p for p in chosen.configurations() if chosen.invalid_reason(p, problem) is None)
+    solution = parse_solution(chosen.render(params, problem))
+    root = tmp_path / "ahead"
+    describe_solution(solution, problem, problem.smallest_workload(), device="cuda", sass=False,
+                      ahead=problem.workloads,
+                      keep_triton=lambda cache: jit_ahead.keep(cache, root, solution))
+    kept = _kernels(jit_ahead.folder(root, solution))
+    assert kept
+    cache = tmp_path / "worker-cache"
+    shutil.copytree(jit_ahead.folder(root, solution), cache)
+    (tmp_path / "solution.json").write_text(json.dumps(solution.to_dict()))
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(cache)
+    finished = subprocess.run([sys.executable, "-c", GPU_CONSUMER, str(tmp_path / "solution.json"),
+                               str(problem.root), str(cache), str(tmp_path / "sources")],
+                              env=env, capture_output=True, text=True, timeout=600)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert json.loads(finished.stdout.strip().splitlines()[-1]) == kept
