@@ -152,3 +152,50 @@ def test_valid_space_of_a_real_template_holds_only_valid_settings(name):
     assert all(template.invalid_reason(params, PROBLEM) is None for params in space)
     rejected = [params for params in everything if params not in space]
     assert all(template.invalid_reason(params, PROBLEM) for params in rejected)
+
+
+def _seeded(space, too_big: int, seeds) -> Template:
+    plain = _synthetic(space, too_big)
+    return Template(name=plain.name, family=plain.family, space=plain.space,
+                    applies=plain.applies, valid=plain.valid, render=plain.render, seeds=seeds)
+
+
+@pytest.mark.parametrize("space", [LARGE, {"X": (0, 1, 2), "Y": (0, 1, 2)}], ids=["tpe", "small"])
+def test_valid_seeds_come_first_in_their_order(space):
+    seeds = ({"X": 2, "Y": 0, "Z": "a", "W": 16}, {"X": 9, "Y": 9, "Z": "a", "W": 16},
+             {"X": 0, "Y": 1, "Z": "b", "W": 32})  # the second is invalid (X + Y > 14)
+    seeds = tuple({name: seed[name] for name in space} for seed in seeds)
+    template = _seeded(space, 14 if "Z" in space else 2, seeds)
+    trials = search(template, PROBLEM, each(lambda solution: 0.0), budget=6, seed=0,
+                    parallel=4)
+    assert [trial.params for trial in trials[:2]] == [seeds[0], seeds[2]]
+    assert seeds[1] not in [trial.params for trial in trials]
+    assert len({tuple(trial.params.values()) for trial in trials}) == len(trials)
+
+
+def test_the_sampler_learns_from_the_seeds(monkeypatch):
+    """The seeds are the study's first trials (told like any other), and TPE's random start is
+    cut to a quarter of a small budget, so its model proposes most of a search of 12."""
+    studies = []
+    create_study = optuna.create_study
+
+    def spy(*args, **kwargs):
+        studies.append(create_study(*args, **kwargs))
+        return studies[-1]
+
+    monkeypatch.setattr(optuna, "create_study", spy)
+    best = {"X": 7, "Y": 3, "Z": "c", "W": 64}
+    trials = search(_seeded(LARGE, 14, (best,)), PROBLEM, each(_bowl), budget=12, seed=0)
+    (study,) = studies
+    assert study.trials[0].params == best and study.sampler._n_startup_trials == 3
+    assert trials[0].params == best and best_trial(trials).params == best
+    assert search_module.random_start(8) == 2 and search_module.random_start(400) == 10
+
+
+def test_templates_sharing_a_space_draw_different_settings():
+    first = search(_synthetic(LARGE, 14), PROBLEM, each(_bowl), budget=8, seed=0)
+    other = _synthetic(LARGE, 14)
+    renamed = Template(name="another", family=other.family, space=other.space,
+                       applies=other.applies, valid=other.valid, render=other.render)
+    second = search(renamed, PROBLEM, each(_bowl), budget=8, seed=0)
+    assert [t.params for t in first] != [t.params for t in second]

@@ -317,3 +317,14 @@ def test_template_kernels_carry_the_shared_tile_order_verbatim(kernel):
     source = (Path(kernels.__file__).parent / f"{kernel}.py").read_text()
     copy = shared.replace("def tile_coordinates(", "def _tile_coordinates(")
     assert copy in source
+
+
+@pytest.mark.parametrize("address", ["l1/gemm_llama3_1_8b_o_proj", "l1/gemm_llama3_1_70b_down"])
+def test_the_gemm_seeds_are_valid_on_the_llama_gemms(address):
+    """The settings every GEMM search starts from (gemm.SEEDS) fit the H200 on these problems:
+    a seed the validity rules turned down would silently leave the search to its sampler."""
+    problem = open_problem(address)
+    for name in ("gemm", "gemm_persistent", "gemm_tma", "gemm_split_k"):
+        template = template_named(name)
+        assert template.seeds
+        assert all(template.invalid_reason(seed, problem) is None for seed in template.seeds)

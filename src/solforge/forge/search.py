@@ -3,13 +3,20 @@
 The valid space is enumerated first: every point of the template's space that its `valid`
 accepts for every workload of the problem, so nothing that cannot fit an H200 block (or cannot
 be correct) is ever rendered, compiled or run. Then:
+- the template's seeds (settings known to suit the target) that are valid come first, in their
+  order, within the budget;
 - when the valid space is small (at most EXHAUSTIVE_LIMIT settings) and the budget covers it,
   every setting is tried, in the template's order;
 - otherwise Optuna's TPE sampler proposes settings through its ask/tell interface (optuna is
   imported here only). A proposal outside the valid space, or one already tried, is replaced
   by the nearest untried valid setting (fewest steps along each knob's ordered choices); that
   setting is what gets scored and recorded in the study, so the sampler learns from settings
-  that were really measured, and every proposal costs exactly one evaluation.
+  that were really measured, and every proposal costs exactly one evaluation. The seeds are
+  queued in the study as its first trials, so it learns from them too. TPE starts from random
+  settings (Optuna's default is 10) before its model proposes any; with a small budget that
+  start is cut to a quarter of the budget (at least 2), or a search of 8 would be all random,
+  and each template draws from a seed of its own, so templates sharing a space do not all
+  try the same random settings.
 
 The caller supplies the objective, which scores a batch: `objective([solution_dict, ...]) ->
 [float | None, ...]`, higher is better (the harness's score of each rendered candidate), None
@@ -21,6 +28,7 @@ space `parallel` settings at a time. This module never times anything itself.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,12 +62,15 @@ def search(template: Template, problem: Problem, objective: Objective, budget: i
     if parallel < 1:
         raise ValueError(f"parallel={parallel}: at least one evaluation at a time")
     space = valid_space(template, problem)
+    seeds = [dict(s) for s in template.seeds if dict(s) in space][:budget]
     if len(space) <= min(EXHAUSTIVE_LIMIT, budget):
+        ordered = seeds + [params for params in space if params not in seeds]
         trials: list[Trial] = []
-        for start in range(0, len(space), parallel):
-            trials += score_settings(template, problem, objective, space[start:start + parallel])
+        for start in range(0, len(ordered), parallel):
+            trials += score_settings(template, problem, objective,
+                                     ordered[start:start + parallel])
         return trials
-    return _tpe_search(template, problem, objective, space, budget, seed, parallel)
+    return _tpe_search(template, problem, objective, space, seeds, budget, seed, parallel)
 
 
 def best_trial(trials: Sequence[Trial]) -> Trial | None:
@@ -78,15 +89,18 @@ def score_settings(template: Template, problem: Problem, objective: Objective,
 
 
 def _tpe_search(template: Template, problem: Problem, objective: Objective,
-                space: list[dict[str, ParamValue]], budget: int, seed: int,
-                parallel: int) -> list[Trial]:
+                space: list[dict[str, ParamValue]], seeds: list[dict[str, ParamValue]],
+                budget: int, seed: int, parallel: int) -> list[Trial]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     distributions = {name: optuna.distributions.CategoricalDistribution(choices)
                      for name, choices in template.space.items()}
-    study = optuna.create_study(direction="maximize",
-                                sampler=optuna.samplers.TPESampler(seed=seed))
+    sampler = optuna.samplers.TPESampler(seed=sampler_seed(seed, template.name),
+                                         n_startup_trials=random_start(budget))
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    for params in seeds:
+        study.enqueue_trial(params)
     untried = list(space)
     trials: list[Trial] = []
     while untried and len(trials) < budget:
@@ -100,6 +114,17 @@ def _tpe_search(template: Template, problem: Problem, objective: Objective,
             _tell(study, question, trial, distributions)
         trials += batch
     return trials
+
+
+def random_start(budget: int) -> int:
+    """TPE's random trials before its model proposes: Optuna's 10, or a quarter of a small
+    budget (at least 2)."""
+    return min(10, max(2, budget // 4))
+
+
+def sampler_seed(seed: int, template: str) -> int:
+    """The run's seed, made the template's own (stable across processes, unlike hash())."""
+    return (seed + zlib.crc32(template.encode())) % 2**32
 
 
 def _tell(study: Any, asked: Any, trial: Trial, distributions: dict[str, Any]) -> None:

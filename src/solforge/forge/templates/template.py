@@ -49,6 +49,9 @@ class Template:
     applies: Callable[[Definition], bool]
     valid: Callable[[Params, Problem, Workload], str | None]
     render: Callable[[Params, Problem], dict[str, Any]]
+    # Settings known to suit the target, tried first (where valid) and in this order: a
+    # search's first few trials otherwise go to the sampler's random start.
+    seeds: tuple[Params, ...] = ()
 
     def configurations(self) -> Iterator[dict[str, ParamValue]]:
         """Every point of the parameter space, in a fixed order."""
