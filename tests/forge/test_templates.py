@@ -319,12 +319,16 @@ def test_template_kernels_carry_the_shared_tile_order_verbatim(kernel):
     assert copy in source
 
 
-@pytest.mark.parametrize("address", ["l1/gemm_llama3_1_8b_o_proj", "l1/gemm_llama3_1_70b_down"])
-def test_the_gemm_seeds_are_valid_on_the_llama_gemms(address):
-    """The settings every GEMM search starts from (gemm.SEEDS) fit the H200 on these problems:
-    a seed the validity rules turned down would silently leave the search to its sampler."""
+@pytest.mark.parametrize("address", ["l1/gemm_llama3_1_8b_o_proj", "l1/gemm_llama3_1_70b_down",
+                                     "l1/gqa_causal_prefill_qwen3_32b",
+                                     "l1/gqa_decode_llama3_1_70b"])
+def test_the_seeds_are_valid_on_the_goal_runs_problems(address):
+    """The settings a GEMM or attention search starts from (their templates' seeds) fit the
+    H200 on these problems: a seed the validity rules turned down would silently leave the
+    search to its sampler."""
     problem = open_problem(address)
-    for name in ("gemm", "gemm_persistent", "gemm_tma", "gemm_split_k"):
-        template = template_named(name)
+    templates = templates_for(problem.definition)
+    assert templates
+    for template in templates:
         assert template.seeds
         assert all(template.invalid_reason(seed, problem) is None for seed in template.seeds)

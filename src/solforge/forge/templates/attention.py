@@ -209,6 +209,21 @@ def render_decode(params: Params, problem: Problem) -> dict[str, Any]:
                          "attention_decode", arguments, summary)
 
 
+# Tried first by the search (where valid), before its sampler's random start. Prefill: 128
+# queries by 64 keys with 8 warps and 3 stages, FlashAttention-2's usual Hopper tile for
+# head_dim 128 (Q 32 KiB resident, K and V 16 KiB each a stage), and the best settings of the
+# two attention problems of the first H200 goal run (64x64, 4 warps, 3 stages on FLUX's joint
+# attention; 128x64, 8 warps, 2 stages on Whisper's encoder; benchmarks/results/
+# h200-forge.jsonl). Decode: one 16-row head block per KV group (8 query heads a group here),
+# 64 or 128 keys a step, and splits of 1024 or 2048 keys: from batch 1 at 128k keys (8 groups
+# x 128 splits = 1024 programs) to batch 64 at 8k (4096), every workload fills 132 SMs.
+PREFILL_SEEDS = tuple({"BLOCK_M": m, "BLOCK_N": n, "NUM_STAGES": stages, "NUM_WARPS": warps}
+                      for m, n, stages, warps in ((128, 64, 3, 8), (64, 64, 3, 4),
+                                                  (128, 64, 2, 8)))
+DECODE_SEEDS = tuple({"BLOCK_H": 16, "BLOCK_N": n, "SPLIT_LEN": split, "NUM_STAGES": 2,
+                      "NUM_WARPS": warps}
+                     for n, split, warps in ((64, 1024, 4), (128, 2048, 8)))
+
 PREFILL = Template(
     name="attention_prefill",
     family="attention",
@@ -217,6 +232,7 @@ PREFILL = Template(
     applies=bind_prefill.applies,
     valid=valid_prefill,
     render=render_prefill,
+    seeds=PREFILL_SEEDS,
 )
 DECODE = Template(
     name="attention_decode",
@@ -227,5 +243,6 @@ DECODE = Template(
     applies=bind_decode.applies,
     valid=valid_decode,
     render=render_decode,
+    seeds=DECODE_SEEDS,
 )
 TEMPLATES = (PREFILL, DECODE)
