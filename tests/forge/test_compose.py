@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,10 @@ from solforge.forge import archive, loop
 from solforge.forge.compose import compose, key_positions
 from solforge.forge.fitness import WorkloadResult
 from solforge.forge.loop import OptimizeConfig, Optimizer
+from solforge.forge.reference_part import reference_candidate
 from solforge.harness.evaluate import EvalConfig
 from solforge.problem import load_problem
+from solforge.problem.reference import load_reference_module
 from solforge.store import Store
 from solforge.store.schema import Base, Candidate, CandidateWorkload
 
@@ -96,13 +99,14 @@ def test_one_winner_everywhere_composes_nothing(tmp_path):
     assert compose(problem, []).solution is None
 
 
-def load_entry(solution: dict, folder: Path, monkeypatch):
-    """The composite's `run`, imported from its sources as the harness imports them."""
+def load_entry(solution: dict, folder: Path, monkeypatch, module: str = "composite"):
+    """The solution's `run` (a composite's by default), imported from its sources as the
+    harness imports them."""
     parse_solution(solution).write_sources(folder)
     monkeypatch.syspath_prepend(str(folder))
-    for name in [n for n in sys.modules if n == "composite" or n.startswith("part_")]:
+    for name in [n for n in sys.modules if n == module or n.startswith("part_")]:
         monkeypatch.delitem(sys.modules, name)
-    return importlib.import_module("composite").run
+    return importlib.import_module(module).run
 
 
 def test_the_composite_dispatches_workload_shapes_to_winners_and_others_to_the_fallback(
@@ -139,9 +143,11 @@ def both_workloads(self) -> EvalConfig:
                       cache_dir=self.config.cache_dir)
 
 
-def scripted(monkeypatch, latencies: list[tuple[float, float]], real_composite: bool) -> list:
+def scripted(monkeypatch, latencies: list[tuple[float, float]], real_composite: bool,
+             reference: tuple[float, float] = (9.0, 9.0)) -> list:
     """The harness replaced for the template candidates: the n-th judged gets the n-th
-    (t8, t64) latencies; the composite is judged by the real harness when `real_composite`."""
+    (t8, t64) latencies, the reference part `reference` (by default slower than any); the
+    composite is judged by the real harness when `real_composite`."""
     real = loop.evaluate
     judged: list[str] = []
 
@@ -149,7 +155,9 @@ def scripted(monkeypatch, latencies: list[tuple[float, float]], real_composite: 
         judged.append(solution.name)
         if "-composite-" in solution.name and real_composite:
             return real(problem, solution, config)
-        t8, t64 = latencies[min(len(judged), len(latencies)) - 1]
+        ordinary = [name for name in judged if not name.endswith("-reference")]
+        t8, t64 = (reference if solution.name.endswith("-reference")
+                   else latencies[min(len(ordinary), len(latencies)) - 1])
         data = solution.to_dict()
         return [fake_trace(data, "small-t8", t8), fake_trace(data, "small-t64", t64)]
 
@@ -172,8 +180,9 @@ def test_optimize_judges_a_composite_when_two_candidates_win_different_workloads
     config = OptimizeConfig(budget=2, device="cpu", baseline="eager",
                             cache_dir=tmp_path / "cache")
     outcome = Optimizer(problem, store, config, lines.append).run()
-    first, second = judged[:2]
-    assert outcome.judged == 3 and "-composite-" in judged[2]
+    first, second, reference = judged[:3]
+    assert reference == "rmsnorm_small-reference"  # a part too, slower on both: not chosen
+    assert outcome.judged == 4 and "-composite-" in judged[3]
     assert any(f"small-t8 -> {first}; small-t64 -> {second}" in line for line in lines)
     [composite] = [c for c in archive.candidates(store, problem.name) if c.proposer == "compose"]
     assert composite.status == "PASSED", composite.evidence
@@ -192,7 +201,7 @@ def test_compose_can_be_turned_off_and_one_winner_composes_nothing(tmp_path, mon
     config = OptimizeConfig(budget=2, device="cpu", baseline="eager",
                             cache_dir=tmp_path / "cache")
     Optimizer(problem, store, config, lines.append).run()
-    assert len(judged) == 2 and any("nothing to compose" in line for line in lines)
+    assert len(judged) == 3 and any("nothing to compose" in line for line in lines)
 
     scripted(monkeypatch, [(1.0, 4.0), (2.0, 1.5)], real_composite=False)
     store = Store(f"sqlite:///{tmp_path / 'off.db'}")
@@ -234,17 +243,17 @@ def test_an_old_store_opens_gets_the_table_and_recomposes(tmp_path, monkeypatch)
     lines: list[str] = []
     optimizer = Optimizer(problem, store, config, lines.append)
     found = optimizer.recompose()
-    assert optimizer.rejudged == 2 and len(judged) == 3  # the two, then the composite
+    assert optimizer.rejudged == 2 and len(judged) == 4  # the two, the reference, the composite
     assert {uuid: j.name for uuid, j in found.assignment.items()} == {
         "small-t8": "prefill", "small-t64": "decode"}  # judged best first: prefill got (1, 4)
     with store.session() as s:
-        assert s.query(Candidate).count() == 3  # the two and the composite: no duplicate
+        assert s.query(Candidate).count() == 4  # the two, reference, composite: no duplicate
         assert s.query(CandidateWorkload).filter(
             CandidateWorkload.candidate_id.in_([decode, prefill])).count() == 4
 
     again = Optimizer(problem, store, config, lines.append)
     again.recompose()
-    assert again.rejudged == 0 and again.reused == 1 and len(judged) == 3
+    assert again.rejudged == 0 and again.reused == 2 and len(judged) == 4
 
 
 @pytest.mark.slow
@@ -269,3 +278,53 @@ def test_the_descriptor_code_describes_a_composite_of_template_kernels():
                                   problem.smallest_workload())
     assert described.compute_path == "cuda_core" and "heaviest of 1 launch" in \
         described.evidence[0]
+
+
+def test_the_reference_part_computes_the_reference_into_the_outputs(tmp_path, monkeypatch):
+    problem = load_problem(PROBLEM)
+    solution = reference_candidate(problem.definition)
+    parsed = parse_solution(solution)
+    assert parsed.destination_passing_style and parsed.languages == ("pytorch",)
+    run = load_entry(solution, tmp_path / "src", monkeypatch, module="reference_dps")
+    hidden = torch.randn(8, 256, dtype=torch.bfloat16)
+    weight = torch.randn(256, dtype=torch.bfloat16)
+    out = torch.zeros(8, 256, dtype=torch.bfloat16)
+    assert run(hidden, weight, 1e-5, out) is None
+    expected = load_reference_module(problem.definition).run(hidden, weight, 1e-5)
+    assert torch.equal(out, expected)
+
+    scalar = replace(problem.definition, outputs={
+        "loss": replace(next(iter(problem.definition.outputs.values())), shape=None)})
+    assert reference_candidate(scalar) is None  # a Python number has no buffer to write
+
+
+def test_a_shape_no_kernel_wins_goes_to_the_reference(tmp_path, monkeypatch):
+    """The reference, judged as a part, is fastest on small-t64: the composite sends that shape
+    to it, and (the reference being the fallback too, with no cell) files under the best
+    kernel's cell."""
+    judged = scripted(monkeypatch, [(1.0, 4.0), (2.0, 5.0)], real_composite=False,
+                      reference=(3.0, 1.0))
+    problem = load_problem(PROBLEM)
+    store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
+    lines: list[str] = []
+    config = OptimizeConfig(budget=2, device="cpu", baseline="eager",
+                            cache_dir=tmp_path / "cache")
+    Optimizer(problem, store, config, lines.append).run()
+    assert judged[2] == "rmsnorm_small-reference" and "-composite-" in judged[3]
+    assert any(f"small-t8 -> {judged[0]}; small-t64 -> rmsnorm_small-reference" in line
+               for line in lines)
+    candidates = archive.candidates(store, problem.name)
+    [reference] = [c for c in candidates if c.proposer == "reference"]
+    [composite] = [c for c in candidates if c.proposer == "compose"]
+    assert reference.cell is None  # a part, never an elite
+    assert composite.cell == CELL and "best kernel" in composite.descriptor["evidence"][0]
+
+
+@pytest.mark.slow
+def test_the_harness_passes_the_reference_part(tmp_path):
+    from solforge.harness.evaluate import evaluate
+
+    problem = load_problem(PROBLEM)
+    config = EvalConfig(device="cpu", baseline="eager", smallest=2, cache_dir=tmp_path / "cache")
+    traces = evaluate(problem, parse_solution(reference_candidate(problem.definition)), config)
+    assert [t.evaluation.status for t in traces] == [Status.PASSED, Status.PASSED]

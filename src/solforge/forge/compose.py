@@ -10,7 +10,8 @@ best overall fitness, so the composite is correct for every shape, not only the 
 
 Only candidates with a PASSED result on every workload are eligible, so each part is known to
 be correct on every workload (the composite is judged again anyway). Parts are the Python,
-destination-passing candidates (what the templates render); composites are never parts.
+destination-passing candidates (what the templates render, and the problem's reference wrapped
+so, reference_part.py, where the optimizer judged it); composites are never parts.
 
 The shape key is the tuple of the definition's variable axes, read off the call's arguments
 (`args[i].shape[d]` for the first tensor that carries each axis): the const and expression axes

@@ -8,8 +8,11 @@
 
 After the template searches (and before the model), `compose` (on by default) builds one
 composite from the candidates judged so far, each workload shape dispatched to the candidate
-fastest on it (compose.py), and judges it like any candidate (proposer "compose"). It is
-judged beyond the budget (it is built from what the budget bought) but within the time.
+fastest on it (compose.py), and judges it like any candidate (proposer "compose"). Where the
+workloads have more than one shape, the problem's reference is judged first as a candidate
+part of its own (reference_part.py, proposer "reference"), so a shape no kernel beats PyTorch
+on goes to PyTorch. Both are judged beyond the budget (they are built from what the budget
+bought) but within the time.
 `recompose` does the same for a store whose candidates were judged before per-workload results
 were kept: it judges the best candidate of each template again first, recording their
 per-workload results on their existing rows.
@@ -55,8 +58,10 @@ from solforge.data.workload import Workload
 from solforge.errors import SolforgeError
 from solforge.forge import archive
 from solforge.forge.compose import PROPOSER as COMPOSE
-from solforge.forge.compose import Composition, compose
+from solforge.forge.compose import Composition, compose, shape_groups
 from solforge.forge.fitness import Verdict, verdict, workload_results
+from solforge.forge.reference_part import PROPOSER as REFERENCE
+from solforge.forge.reference_part import reference_candidate
 from solforge.forge.search import search
 from solforge.forge.templates import templates_for
 from solforge.harness.evaluate import EvalConfig, default_cache_dir, evaluate, select_workloads
@@ -253,6 +258,8 @@ class Optimizer:
 
     def _compose(self) -> Composition:
         workloads = self._judged_workloads()
+        if len(shape_groups(self.problem, workloads)) > 1:
+            self._judge_reference()
         found = compose(self.problem, archive.passed(self.store, self.problem.name), workloads)
         if found.solution is None:
             self.report(f"compose: nothing to compose ({found.reason})")
@@ -266,6 +273,20 @@ class Optimizer:
             (judged.evidence or "")[:120]
         self.report(f"compose: {found.solution['name']}: {judged.status}, {shown}")
         return found
+
+    def _judge_reference(self) -> None:
+        """Judge the problem's reference as a part for the composite (reference_part.py), once
+        per store, beyond the budget as the composite is; never an elite (it has no cell)."""
+        solution = reference_candidate(self.problem.definition)
+        if solution is None:
+            return
+        self._check_time()
+        no_cell: Future = Future()
+        no_cell.set_result(({}, None))
+        judged = self.judge_batch([solution], REFERENCE, [no_cell])[0]
+        shown = (f"T_k {judged.latency_ms:.4g} ms" if judged.latency_ms is not None
+                 else (judged.evidence or "")[:120])
+        self.report(f"compose: the reference as a part: {judged.status}, {shown}")
 
     def recompose(self, limit: int = RECOMPOSE_PARTS) -> Composition | None:
         """Compose in a store written before per-workload results were kept: judge again (not
@@ -301,12 +322,18 @@ class Optimizer:
         """The composite's descriptor and cell: its fallback's (the candidate with the best
         overall fitness, which it refines per shape), not captured again: the descriptor of
         whichever part the smallest workload dispatches to would say little about the rest,
-        and in the fallback's cell the composite competes with what it set out to beat."""
+        and in the fallback's cell the composite competes with what it set out to beat. When
+        the fallback is the reference, which has no cell, the best kernel among the parts
+        stands in for it."""
+        described = found.fallback
+        if described.cell is None:  # the reference (no kernel to describe): the best kernel
+            described = max((part for part in found.parts if part.cell is not None),
+                            key=lambda part: part.fitness, default=described)
         done: Future = Future()
-        evidence = [f"composite of {len(found.parts)} parts, described as its fallback "
-                    f"{found.fallback.name}", *found.fallback.descriptor.get("evidence", [])]
-        done.set_result(({**found.fallback.descriptor, "evidence": evidence},
-                         found.fallback.cell))
+        evidence = [f"composite of {len(found.parts)} parts, described as its "
+                    f"{'fallback' if described is found.fallback else 'best kernel'} "
+                    f"{described.name}", *described.descriptor.get("evidence", [])]
+        done.set_result(({**described.descriptor, "evidence": evidence}, described.cell))
         return done
 
     # ---- judging -----------------------------------------------------------------------------
