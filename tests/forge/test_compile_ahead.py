@@ -1,7 +1,8 @@
-"""The optimizer's description of a candidate compiles its kernels for every workload the
-harness will time (the others on meta tensors), and keeps that Triton cache for the candidate's
-worker: Triton, given it, compiles nothing for the workloads' real arguments. On the GPU that is
-the first call's JIT compile taken off the GPU's critical path (harness/sandbox/jit_ahead.py)."""
+"""On a GPU the optimizer compiles each candidate's kernels for every workload the harness will
+time, on meta tensors, in a sandboxed process beside the judging (capture.compile_ahead), and
+keeps that Triton cache for the candidate's worker: Triton, given it, compiles nothing for the
+workloads' real arguments. That is the first calls' JIT compile taken off the GPU's critical
+path (harness/sandbox/jit_ahead.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ import pytest
 from helpers import write_problem
 
 from solforge.data.solution import parse_solution, solution_from_python
-from solforge.forge import descriptors
-from solforge.forge.descriptors import Descriptor, describe_solution
+from solforge.forge import capture, descriptors
+from solforge.forge.capture import compile_ahead
+from solforge.forge.descriptors import Descriptor
 from solforge.forge.loop import OptimizeConfig, Optimizer
 from solforge.forge.templates import template_named
 from solforge.harness.sandbox import jit_ahead
@@ -80,11 +82,10 @@ def test_kernels_compiled_ahead_are_the_workers_cache_hits(tmp_path):
                                          [{"axes": {"n": 8192}}, {"axes": {"n": 8190}}]))
     solution = replace(solution_from_python(ADD_SOURCE, "add"), destination_passing_style=True)
     root = tmp_path / "ahead"
-    describe_solution(solution, problem, problem.workloads[0], sass=False,
-                      ahead=problem.workloads,
-                      keep_triton=lambda cache: jit_ahead.keep(cache, root, solution))
+    assert compile_ahead(solution, problem, problem.workloads,
+                         lambda cache: jit_ahead.keep(cache, root, solution)) == 2
     kept = jit_ahead.folder(root, solution)
-    assert len(_kernels(kept)) == 2, "one kernel per specialisation, the second made on meta"
+    assert len(_kernels(kept)) == 2, "one kernel per specialisation (n % 16 == 0 or not)"
 
     cache = tmp_path / "worker-cache"
     shutil.copytree(kept, cache)
@@ -106,28 +107,33 @@ def test_the_optimizer_keeps_kernels_ahead_on_a_gpu_only(tmp_path, monkeypatch):
     solution = replace(solution_from_python(ADD_SOURCE, "add"), destination_passing_style=True)
     calls = []
 
-    def describe(solution, problem, workload, device, ahead, keep_triton):
-        calls.append((device, [w.uuid for w in ahead]))
+    def ahead(solution, problem, workloads, keep_triton):
+        calls.append(("ahead", [w.uuid for w in workloads]))
         cache = tmp_path / "triton"
         (cache / "H1").mkdir(parents=True, exist_ok=True)
         (cache / "H1" / "k.cubin").write_bytes(b"cubin")
-        if keep_triton is not None:
-            keep_triton(cache)
+        keep_triton(cache)
+        return len(workloads)
+
+    def describe(solution, problem, workload, device):
+        calls.append(("describe", device))
         return Descriptor("plain", "cuda_core", "tile_per_program", "small", ())
 
+    monkeypatch.setattr(capture, "compile_ahead", ahead)
     monkeypatch.setattr(descriptors, "describe_solution", describe)
     root = tmp_path / "cache" / jit_ahead.FOLDER
     config = {"budget": 1, "baseline": "eager", "cache_dir": tmp_path / "cache"}
     gpu = Optimizer(problem, store, OptimizeConfig(device="cuda", **config), lambda line: None)
     assert gpu._describe(solution.to_dict())[1] == "plain/cuda_core/tile_per_program/small"
-    assert calls == [("cuda", ["w0", "w1"])]  # every workload the GPU will time
+    # First (its worker may start before the description ends), every workload the GPU times.
+    assert calls == [("ahead", ["w0", "w1"]), ("describe", "cuda")]
     assert (jit_ahead.folder(root, solution) / "H1" / "k.cubin").read_bytes() == b"cubin"
     gpu._discard_ahead()
     assert not jit_ahead.folder(root, solution).exists()
 
     cpu = Optimizer(problem, store, OptimizeConfig(device="cpu", **config), lambda line: None)
     cpu._describe(solution.to_dict())
-    assert calls[-1] == ("cpu", [])  # Triton's interpreter compiles nothing
+    assert calls[2:] == [("describe", "cpu")]  # Triton's interpreter compiles nothing
 
 
 # The worker's own path on a GPU: Triton's JIT launching each kernel for real on every
@@ -157,16 +163,16 @@ print(json.dumps(sorted(p.parent.name for p in Path(sys.argv[3]).rglob("*.cubin"
 @pytest.mark.gpu
 @pytest.mark.parametrize("template", ["gemm", "gemm_tma"])
 def test_on_the_gpu_the_jit_finds_every_kernel_compiled_ahead(tmp_path, template):
-    """The capture's specialisation (CUDA arguments for the described workload, meta tensors for
-    the others) is the one Triton's JIT makes when the worker calls the candidate."""
+    """The specialisation made on meta tensors is the one Triton's JIT makes when the worker
+    calls the candidate on CUDA tensors, TMA descriptors included."""
     problem = open_problem("l1/gemm_llama3_1_8b_o_proj")
     chosen = template_named(template)
     params = next(p for p in chosen.configurations() if chosen.invalid_reason(p, problem) is None)
     solution = parse_solution(chosen.render(params, problem))
     root = tmp_path / "ahead"
-    describe_solution(solution, problem, problem.smallest_workload(), device="cuda", sass=False,
-                      ahead=problem.workloads,
-                      keep_triton=lambda cache: jit_ahead.keep(cache, root, solution))
+    assert compile_ahead(solution, problem, problem.workloads,
+                         lambda cache: jit_ahead.keep(cache, root, solution)) == len(
+                             problem.workloads)
     kept = _kernels(jit_ahead.folder(root, solution))
     assert kept
     cache = tmp_path / "worker-cache"

@@ -157,6 +157,23 @@ def capture_solutions(jobs: Sequence[CaptureJob], target: str = "sm_90a", device
     return [_outcome_from_json(outcome) for outcome in outcomes]
 
 
+def compile_ahead(solution: Solution, problem: Problem, workloads: Sequence[Workload],
+                  keep_triton: Callable[[Path], Any], target: str = "sm_90a",
+                  timeout_s: float = 600.0) -> int:
+    """Compile the solution's Triton kernels for every workload, on meta tensors (their
+    shapes, strides and 16-byte alignment; no data, no GPU work) in one sandboxed process, and
+    hand its Triton cache to `keep_triton`: the kernels the candidate's worker will ask for
+    (harness/sandbox/jit_ahead.py). The number of workloads whose call compiled; a workload
+    whose call fails on meta tensors is only left out (its kernels compile in the worker)."""
+    if "triton" not in solution.languages or not workloads:
+        return 0
+    jobs = [CaptureJob(solution, problem, workload, device="meta", describe=False)
+            for workload in workloads]
+    outcomes = capture_solutions(jobs, target, "meta", sass=False, timeout_s=timeout_s,
+                                 keep_triton=keep_triton)
+    return sum(not isinstance(outcome, DescriptorError) for outcome in outcomes)
+
+
 def _job_to_json(job: CaptureJob) -> dict[str, Any]:
     return {"solution": job.solution.to_dict(), "problem": str(Path(job.problem.root).resolve()),
             "workload": job.workload.uuid, "autotune_config": job.autotune_config,

@@ -24,10 +24,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from solforge.data.solution import Solution
 from solforge.data.workload import Workload
@@ -81,20 +79,11 @@ class Finding:
 def describe_solution(solution: Solution, problem: Problem, workload: Workload,
                       target: str = "sm_90a", device: str = "cpu", autotune_config: int = 0,
                       sass: bool = True, sm_count: int = DEFAULT_SM_COUNT,
-                      timeout_s: float = 600.0, ahead: Sequence[Workload] = (),
-                      keep_triton: Callable[[Path], Any] | None = None) -> Descriptor:
+                      timeout_s: float = 600.0) -> Descriptor:
     """Compile the solution's Triton kernels for `target` on `workload`'s inputs, in a fresh
-    process (capture_solutions), and describe the heaviest one (see the module docstring).
-
-    In the same process, its kernels are compiled for the `ahead` workloads too, on meta
-    tensors (their shapes, strides and 16-byte alignment, no data and no GPU work), and the
-    process's Triton cache goes to `keep_triton`: the kernels the candidate's worker will ask
-    for (harness/sandbox/jit_ahead.py). A workload whose call fails on meta tensors is only
-    left out of that cache."""
-    jobs = [CaptureJob(solution, problem, workload, autotune_config)]
-    jobs += [CaptureJob(solution, problem, other, autotune_config, device="meta", describe=False)
-             for other in ahead if other.uuid != workload.uuid]
-    outcome = capture_solutions(jobs, target, device, sass, timeout_s, keep_triton)[0]
+    process (capture_solutions), and describe the heaviest one (see the module docstring)."""
+    job = CaptureJob(solution, problem, workload, autotune_config)
+    (outcome,) = capture_solutions([job], target, device, sass, timeout_s)
     if isinstance(outcome, DescriptorError):
         raise outcome
     return describe_kernels(outcome, sm_count)

@@ -30,10 +30,11 @@ The GPU never waits on the CPU's share of the work: a batch holds `QUEUE_AHEAD` 
 than the runner has slots (the runner queues them; its spare processes start the next unit the
 moment a slot frees), and each candidate's descriptor (its Triton kernels compiled for sm_90a,
 a CPU job) is captured in a thread of its own while the batch is being judged, not after.
-On a GPU that capture also compiles the kernels of every other workload the harness will time
-(on meta tensors) and keeps its Triton cache for the candidate's worker (harness/sandbox/
-jit_ahead.py), so a unit that starts after its capture ended compiles none of its kernels on the
-GPU's time; each candidate's kept kernels are removed once it is judged.
+On a GPU, that thread first compiles the candidate's kernels for every workload the harness
+will time (on meta tensors, capture.compile_ahead) and keeps their Triton cache for the
+candidate's worker (harness/sandbox/jit_ahead.py), so a unit that starts after that compiles
+none of its kernels on the GPU's time; each candidate's kept kernels are removed once it is
+judged.
 A candidate already judged for this problem, by this run or another worker, is not judged
 again. Only a PASSED candidate with a fitness can become an elite; a REWARD_HACK is stored with
 its evidence and never does.
@@ -471,13 +472,10 @@ class Optimizer:
         workload = self.problem.smallest_workload()
         device = "cpu" if self.config.device == "cpu" else "cuda"
         parsed = parse_solution(solution)
-        ahead, keep = (), None
-        if self._ahead_root is not None:  # the kernels of every workload the worker will time
-            ahead = select_workloads(self.problem, self._eval_config(), torch.device(device))
-            keep = partial(self._keep_ahead, solution=parsed)
+        if self._ahead_root is not None:  # first: the worker may start before the description
+            self._compile_ahead(parsed)
         try:
-            found = describe_solution(parsed, self.problem, workload, device=device,
-                                      ahead=ahead, keep_triton=keep)
+            found = describe_solution(parsed, self.problem, workload, device=device)
         except DescriptorError as exc:
             self.report(f"{solution.get('name')}: no descriptor ({exc}); kept out of the archive")
             return {}, None
@@ -485,6 +483,18 @@ class Optimizer:
                       "parallel": found.parallel, "tile_class": found.tile_class,
                       "evidence": list(found.evidence)}
         return descriptor, "/".join(found.cell())
+
+    def _compile_ahead(self, solution: Solution) -> None:
+        """Compile the candidate's kernels for every workload its worker will time, for it to
+        find on disk (capture.compile_ahead); a failure only leaves them to the worker."""
+        from solforge.forge.capture import compile_ahead
+
+        workloads = select_workloads(self.problem, self._eval_config(), torch.device("cuda"))
+        try:
+            compile_ahead(solution, self.problem, workloads,
+                          partial(self._keep_ahead, solution=solution))
+        except (OSError, SolforgeError) as exc:
+            self.report(f"{solution.name}: nothing compiled ahead ({exc})")
 
     def _keep_ahead(self, cache: Path, solution: Solution) -> None:
         """Keep the kernels the description compiled, for the candidate's worker to find
