@@ -32,11 +32,13 @@ light, with their binding bound and their elites' cells). `--device cpu` runs th
 
 A search ends with a per-shape composite (solforge.forge.compose: each workload shape sent to
 the candidate fastest on it), judged like any candidate. `--compose` adds one to the problems
-an earlier call finished instead of searching: per problem, the best candidate of each template
-(at most 4) lacking per-workload results is judged again (stores written before they were kept
-have none), the composite is judged, and, when it became the best elite, it is evaluated as a
-search's best is. Each is noted in OUTDIR/NAME-forge-compose.jsonl (a later call skips it);
-from then on the summaries show its `composite` and, when it won, its `best`.
+an earlier call finished instead of searching (of the PROBLEMs given, when some are): per
+problem, the best candidate of each template (at most 4) lacking per-workload results is judged
+again (stores written before they were kept have none), the problem's reference is judged as a
+part (solforge.forge.reference_part), the composite is judged, and, when it became the best
+elite, it is evaluated as a search's best is. Each is noted in OUTDIR/NAME-forge-compose.jsonl
+(a later call skips it); from then on the summaries show its `composite` and, when it won, its
+`best`.
 """
 
 from __future__ import annotations
@@ -196,7 +198,7 @@ def compose_until_deadline(call: Call, started: float) -> None:
     composed = {json.loads(line)["problem"] for line in _lines(call.composed)}
     store = open_store(f"sqlite:///{call.out / 'forge.db'}")
     with open_runner("local", call.device, 1) as runner:
-        for address in [a for a in done if a not in composed]:
+        for address in [a for a in done if a not in composed and a in call.problems]:
             left_s = call.deadline_s - (time.monotonic() - started) - MARGIN_S - FINAL_S
             if left_s < MIN_COMPOSE_S:
                 log(f"stopping before composing {address}: {max(left_s, 0):.0f} s left; run "

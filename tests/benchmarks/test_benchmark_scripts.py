@@ -204,7 +204,8 @@ def test_forge_compose_adds_a_composite_to_finished_problems_once(tmp_path, monk
     monkeypatch.setattr(script, "open_runner", lambda *args: nullcontext())
     call = script.Call(tmp_path, [PROBLEM], 10, 1000.0, "cpu", "cpu", compose=True)
     record = {"problem": PROBLEM, "judged": 3, "best": None}
-    call.progress.write_text(json.dumps(record) + "\n")
+    other = {"problem": "l1/not_given", "judged": 3, "best": None}  # finished, not asked for
+    call.progress.write_text(json.dumps(record) + "\n" + json.dumps(other) + "\n")
     assert script.with_compositions(call, [record]) == [record]
     script.compose_until_deadline(call, time.monotonic())  # cut: nothing noted
     assert not call.composed.exists() and given[0].budget is None
