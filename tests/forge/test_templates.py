@@ -4,10 +4,12 @@ renders a standalone kernel that compiles for sm_90 and passes the harness on th
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import FIXTURES as TEST_FIXTURES
 from helpers import Computed, selected_keys
 
@@ -332,3 +334,30 @@ def test_the_seeds_are_valid_on_the_goal_runs_problems(address):
     for template in templates:
         assert template.seeds
         assert all(template.invalid_reason(seed, problem) is None for seed in template.seeds)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_prefill_is_exact_whatever_the_blocks(causal, monkeypatch):
+    """The prefill kernel scores the key blocks wholly below the diagonal (or inside the
+    sequence) without a mask and masks the rest: right for query and key blocks of different
+    sizes and sequences that end mid-block (Triton's interpreter, against PyTorch's SDPA)."""
+    import importlib
+
+    import torch.nn.functional as F
+
+    kernel = importlib.import_module("solforge.forge.templates.kernels.attention_prefill")
+    monkeypatch.setattr(kernel, "CAUSAL", causal)
+    generator = torch.Generator().manual_seed(0)
+    for (block_m, block_n), seq_len in itertools.product([(16, 32), (32, 16), (16, 64)],
+                                                           (37, 70)):
+        monkeypatch.setattr(kernel, "BLOCK_M", block_m)
+        monkeypatch.setattr(kernel, "BLOCK_N", block_n)
+        q, k, v = (torch.randn(1, seq_len, heads, 16, generator=generator,
+                               dtype=torch.bfloat16) for heads in (4, 2, 2))
+        out = torch.empty_like(q)
+        kernel.attention_prefill(q, k, v, out)
+        expected = F.scaled_dot_product_attention(
+            q.transpose(1, 2).float(), k.repeat_interleave(2, 2).transpose(1, 2).float(),
+            v.repeat_interleave(2, 2).transpose(1, 2).float(), is_causal=causal)
+        error = (out.float() - expected.transpose(1, 2)).abs().max().item()
+        assert error < 3e-2, (block_m, block_n, seq_len, error)
