@@ -497,7 +497,7 @@ class Optimizer:
             self.report(f"{solution.name}: nothing compiled ahead ({exc})")
 
     def _keep_ahead(self, cache: Path, solution: Solution) -> None:
-        """Keep the kernels the description compiled, for the candidate's worker to find
+        """Keep the kernels compiled ahead, for the candidate's worker to find
         (harness/sandbox/jit_ahead.py): its Triton JIT then compiles none of them again."""
         if jit_ahead.keep(cache, self._ahead_root, solution):
             self._kept_ahead.add(jit_ahead.folder(self._ahead_root, solution))

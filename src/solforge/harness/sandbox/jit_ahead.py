@@ -1,13 +1,13 @@
 """Triton kernels compiled ahead for one candidate, found by its worker as cache hits.
 
 On the GPU the first call of a Triton candidate spends about a second per kernel in Triton's
-compiler, on the critical path of the GPU. The optimizer compiles each candidate's kernels on
-the CPU cores anyway, to describe them (forge/capture.py, in a sandbox of its own, for the GPU's
-architecture, specialised on the workloads' arguments as Triton's JIT specialises them), while
-earlier candidates are being timed. Kept here, that Triton cache is copied into the candidate's
-own worker sandbox before its worker starts, so Triton's JIT finds its kernels on disk instead of
-compiling them (a key Triton computes exactly; a kernel specialised otherwise is compiled as
-before).
+compiler, on the critical path of the GPU. So the optimizer compiles each candidate's kernels on
+the CPU cores while earlier candidates are being timed (forge/capture.compile_ahead: in a
+sandbox of its own, for the GPU's architecture, on meta tensors shaped as every workload's
+arguments, specialised as Triton's JIT specialises them). Kept here, that Triton cache is copied
+into the candidate's own worker sandbox before its worker starts, so Triton's JIT finds its
+kernels on disk instead of compiling them (a key Triton computes exactly; a kernel specialised
+otherwise is compiled as before).
 
 What is kept was written by the candidate's own code, in the capture's sandbox: it goes only into
 the sandbox of a candidate with the same sources (the folder is named by their hash), which could
