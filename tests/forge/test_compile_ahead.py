@@ -62,8 +62,6 @@ from pathlib import Path
 from solforge.data.solution import parse_solution
 from solforge.forge.capture import capture_kernels, workload_arguments
 from solforge.problem.problem import load_problem
-from solforge.problem.suite import open_problem
-from solforge.store import Store
 
 solution = parse_solution(json.loads(Path(sys.argv[1]).read_text()))
 problem = load_problem(sys.argv[2])
@@ -144,7 +142,6 @@ from pathlib import Path
 from solforge.data.solution import parse_solution
 from solforge.forge.capture import workload_arguments
 from solforge.problem.problem import load_problem
-from solforge.problem.suite import open_problem
 
 solution = parse_solution(json.loads(Path(sys.argv[1]).read_text()))
 problem = load_problem(sys.argv[2])
