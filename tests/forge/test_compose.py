@@ -167,6 +167,16 @@ def scripted(monkeypatch, latencies: list[tuple[float, float]], real_composite: 
     return judged
 
 
+def optimize(tmp_path: Path, db: str = "forge.db", **changes):
+    """`optimize` on the fixture problem on the CPU (budget 2): its store, its report lines and
+    its outcome."""
+    store = Store(f"sqlite:///{tmp_path / db}")
+    lines: list[str] = []
+    config = OptimizeConfig(**{"budget": 2, "device": "cpu", "baseline": "eager",
+                               "cache_dir": tmp_path / "cache", **changes})
+    return store, lines, Optimizer(load_problem(PROBLEM), store, config, lines.append).run()
+
+
 @pytest.mark.slow
 def test_optimize_judges_a_composite_when_two_candidates_win_different_workloads(
         tmp_path, monkeypatch):
@@ -175,11 +185,7 @@ def test_optimize_judges_a_composite_when_two_candidates_win_different_workloads
     with its per-workload results in its fallback's cell."""
     judged = scripted(monkeypatch, [(1.0, 4.0), (2.0, 1.5)], real_composite=True)
     problem = load_problem(PROBLEM)
-    store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
-    lines: list[str] = []
-    config = OptimizeConfig(budget=2, device="cpu", baseline="eager",
-                            cache_dir=tmp_path / "cache")
-    outcome = Optimizer(problem, store, config, lines.append).run()
+    store, lines, outcome = optimize(tmp_path)
     first, second, reference = judged[:3]
     assert reference == "rmsnorm_small-reference"  # a part too, slower on both: not chosen
     assert outcome.judged == 4 and "-composite-" in judged[3]
@@ -195,23 +201,11 @@ def test_optimize_judges_a_composite_when_two_candidates_win_different_workloads
 
 def test_compose_can_be_turned_off_and_one_winner_composes_nothing(tmp_path, monkeypatch):
     judged = scripted(monkeypatch, [(1.0, 1.0), (2.0, 2.0)], real_composite=False)
-    problem = load_problem(PROBLEM)
-    store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
-    lines: list[str] = []
-    config = OptimizeConfig(budget=2, device="cpu", baseline="eager",
-                            cache_dir=tmp_path / "cache")
-    Optimizer(problem, store, config, lines.append).run()
+    _, lines, _ = optimize(tmp_path)
     assert len(judged) == 3 and any("nothing to compose" in line for line in lines)
 
     scripted(monkeypatch, [(1.0, 4.0), (2.0, 1.5)], real_composite=False)
-    store = Store(f"sqlite:///{tmp_path / 'off.db'}")
-    off = OptimizeConfig(budget=2, device="cpu", baseline="eager", compose=False,
-                         cache_dir=tmp_path / "cache")
-    assert Optimizer(problem, store, off, quiet).run().judged == 2
-
-
-def quiet(line: str) -> None:
-    return None
+    assert optimize(tmp_path, "off.db", compose=False)[2].judged == 2
 
 
 def old_store(path: Path) -> str:
@@ -305,11 +299,7 @@ def test_a_shape_no_kernel_wins_goes_to_the_reference(tmp_path, monkeypatch):
     judged = scripted(monkeypatch, [(1.0, 4.0), (2.0, 5.0)], real_composite=False,
                       reference=(3.0, 1.0))
     problem = load_problem(PROBLEM)
-    store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
-    lines: list[str] = []
-    config = OptimizeConfig(budget=2, device="cpu", baseline="eager",
-                            cache_dir=tmp_path / "cache")
-    Optimizer(problem, store, config, lines.append).run()
+    store, lines, _ = optimize(tmp_path)
     assert judged[2] == "rmsnorm_small-reference" and "-composite-" in judged[3]
     assert any(f"small-t8 -> {judged[0]}; small-t64 -> rmsnorm_small-reference" in line
                for line in lines)
