@@ -182,3 +182,36 @@ def test_on_the_gpu_the_jit_finds_every_kernel_compiled_ahead(tmp_path, template
                               env=env, capture_output=True, text=True, timeout=600)
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert json.loads(finished.stdout.strip().splitlines()[-1]) == kept
+
+
+# A hostile candidate: at import it plants, in the Triton cache its capture compiles into, a
+# link to a file of the driver's and a named pipe, hoping the driver copies what they lead to.
+PLANTING_SOURCE = ADD_SOURCE.replace("import triton\n", '''import os
+import triton
+
+_cache = triton.knobs.cache.dir
+os.makedirs(os.path.join(_cache, "PLANTED"), exist_ok=True)
+os.symlink({secret!r}, os.path.join(_cache, "PLANTED", "kernel.json"))
+os.symlink({folder!r}, os.path.join(_cache, "LINKED"))
+os.mkfifo(os.path.join(_cache, "PLANTED", "pipe"))
+''', 1)
+
+
+def test_what_a_candidate_plants_in_its_cache_is_never_followed(tmp_path):
+    """The driver keeps regular files only: a link (to a file or a folder of the driver's) or
+    a pipe the candidate's capture left in its cache is not copied, nor what it leads to."""
+    secret = tmp_path / "driver" / "key"
+    secret.parent.mkdir()
+    secret.write_text("the driver's")
+    problem = load_problem(write_problem(tmp_path / "add", ADD, [{"axes": {"n": 8192}}]))
+    source = PLANTING_SOURCE.format(secret=str(secret), folder=str(secret.parent))
+    solution = replace(solution_from_python(source, "add"), destination_passing_style=True)
+    root = tmp_path / "ahead"
+    assert compile_ahead(solution, problem, problem.workloads,
+                         lambda cache: jit_ahead.keep(cache, root, solution)) == 1
+    kept = jit_ahead.folder(root, solution)
+    assert len(_kernels(kept)) == 1  # the honest part is kept
+    assert not (kept / "PLANTED").exists() and not (kept / "LINKED").exists()
+    assert all(not p.is_symlink() for p in kept.rglob("*"))
+    assert all("the driver's" not in p.read_text(errors="ignore")
+               for p in kept.rglob("*") if p.is_file())
