@@ -341,7 +341,10 @@ def test_only_inputs_another_process_makes_bit_for_bit_go_as_a_seed():
     assert not reproducible_inputs(custom)
 
 
-SEEDED, UNSEEDED = "torch.randn(shape)", "torch.full(shape, random.random())"
+# Unseeded: one Python draw per element. A single draw broadcast (tried first) rounds to the
+# same bfloat16 twice about once in 400 runs, and the check rightly calls that repeatable.
+SEEDED = "torch.randn(shape)"
+UNSEEDED = "torch.tensor([[random.random() for _ in range(shape[1])] for _ in range(shape[0])])"
 
 
 def _custom_problem(tmp_path, draw: str):
