@@ -3,7 +3,7 @@ L2 problems, within a deadline per call, resumable, and the goal numbers from wh
 
     python benchmarks/forge_gpu.py OUTDIR [PROBLEM ...] [--count 24] [--budget 32]
                                    [--patience 8] [--deadline-s 540] [--device cuda|cpu]
-                                   [--name h200] [--compose]
+                                   [--name h200] [--compose [--seeds]]
 
 Problems: those given, else the first --count bundled L1 and L2 problems that a template
 applies to, in suite order. Each is searched with up to --budget candidates into
@@ -38,7 +38,9 @@ again (stores written before they were kept have none), the problem's reference 
 part (solforge.forge.reference_part), the composite is judged, and, when it became the best
 elite, it is evaluated as a search's best is. Each is noted in OUTDIR/NAME-forge-compose.jsonl
 (a later call skips it); from then on the summaries show its `composite` and, when it won, its
-`best`.
+`best`. With `--seeds`, each template's seeds the archive lacks (settings known to suit the
+H200, added after most problems were searched) are judged first, as candidates of their
+template, so the composite can draw on them: a seed can also become the best elite.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class Call:
     name: str
     patience: int | None = None
     compose: bool = False  # compose the finished problems instead of searching
+    seeds: bool = False  # with compose: judge the templates' seeds the archive lacks first
 
     @property
     def progress(self) -> Path:
@@ -222,20 +225,22 @@ def compose_problem(call: Call, store: Any, address: str, runner: TaskRunner,
     begun = time.monotonic()
     optimizer = Optimizer(problem, store, config, lambda line: log(f"  {line}"), runner=runner,
                           address=address)
-    found = optimizer.recompose()
+    found = optimizer.recompose(seeds=call.seeds)
     if found is None:
         return None
     after = archive.elites(store, problem.name)
     won = bool(after) and (not before or after[0].candidate_id != before[0].candidate_id)
     line = {"problem": address, "rejudged": optimizer.rejudged,
+            "seeds_judged": optimizer.seeds_judged,
             "composite": found.solution["name"] if found.solution else None,
             "reason": found.reason,
             "assignment": {uuid: judged.name for uuid, judged in found.assignment.items()},
             "verdict": _verdict_of(store, problem.name, found.solution),
             "seconds": round(time.monotonic() - begun, 1),
             "best": best_record(call, problem, after[0]) if won else None}
+    new_best = f", new best elite {after[0].name}" if won else ""
     log(f"{address}: composite {line['composite'] or '-'} ({line['reason'] or 'judged'})"
-        f"{', the new best' if won else ''}")
+        f"{new_best}")
     return line
 
 
@@ -405,14 +410,20 @@ def main() -> None:
     parser.add_argument("--compose", action="store_true",
                         help="add a per-shape composite to the problems already finished "
                              "instead of searching")
+    parser.add_argument("--seeds", action="store_true",
+                        help="with --compose: first judge each template's seeds that the "
+                             "archive lacks")
     args = parser.parse_args()
+    if args.seeds and not args.compose:
+        parser.error("--seeds goes with --compose (a search tries the seeds first anyway)")
     started = time.monotonic()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA GPU: run on the H200, or pass --device cpu")
     args.out.mkdir(parents=True, exist_ok=True)
     name = args.name or ("h200" if args.device == "cuda" else "cpu")
     call = Call(args.out.resolve(), args.problems or default_problems(args.count), args.budget,
-                args.deadline_s, args.device, name, args.patience or None, args.compose)
+                args.deadline_s, args.device, name, args.patience or None, args.compose,
+                args.seeds)
     if call.compose:
         compose_until_deadline(call, started)
     else:

@@ -15,8 +15,9 @@
 #                        h200-forge-cuts.jsonl, or FORGE_STORE, and leaves
 #                        OUTDIR/forge/h200-forge.db.gz to commit; FORGE_COMPOSE=1 adds a
 #                        per-shape composite to the problems already finished instead of
-#                        searching: forge_gpu.py --compose; FORGE_PROBLEMS="tier/name ..."
-#                        limits either to those problems)
+#                        searching: forge_gpu.py --compose, and FORGE_SEEDS=1 with it judges
+#                        the templates' seeds the archive lacks first (--seeds);
+#                        FORGE_PROBLEMS="tier/name ..." limits either to those problems)
 #           hgemm        the HGEMM tuner and benchmark (issue 7; carry nvmath-python)
 #           sandbox      the sandbox's cost per candidate on the GPU (benchmarks/sandbox_cost.py)
 #           floor        the launch floor: near-empty kernels, cold and warm L2
@@ -158,6 +159,7 @@ stage_forge() {
     import_baselines
     local compose=()
     [ "${FORGE_COMPOSE:-0}" = 1 ] && compose=(--compose)
+    [ "${FORGE_COMPOSE:-0}" = 1 ] && [ "${FORGE_SEEDS:-0}" = 1 ] && compose+=(--seeds)
     # shellcheck disable=SC2086
     "$python" benchmarks/forge_gpu.py "$out/forge" ${FORGE_PROBLEMS:-} --deadline-s "$deadline" \
         "${compose[@]}" 2>&1 | tee -a "$out/forge.log"

@@ -192,12 +192,13 @@ def test_forge_compose_adds_a_composite_to_finished_problems_once(tmp_path, monk
     given = []
 
     class Scripted:
-        rejudged = 2
+        rejudged, seeds_judged = 2, 0
 
         def __init__(self, problem, store, config, report, runner, address):
             given.append(config)
 
-        def recompose(self):
+        def recompose(self, seeds=False):
+            assert not seeds  # the call's default: no --seeds
             return composed[len(given) - 1]
 
     monkeypatch.setattr(script, "Optimizer", Scripted)

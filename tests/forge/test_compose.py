@@ -250,6 +250,42 @@ def test_an_old_store_opens_gets_the_table_and_recomposes(tmp_path, monkeypatch)
     assert again.rejudged == 0 and again.reused == 2 and len(judged) == 4
 
 
+def test_recompose_with_seeds_judges_the_seeds_the_store_lacks_once(tmp_path, monkeypatch):
+    """A store searched before its template had seeds: `recompose(seeds=True)` judges each
+    valid seed the store lacks as a candidate of its template (one already judged is read
+    back, an invalid one never rendered), then composes; a second call judges no seed."""
+    from solforge.forge.templates.row_norm import TEMPLATE
+
+    def setting(rows: int, block: int, method: str = "single_pass") -> dict:
+        return {"ROWS": rows, "BLOCK": block, "NUM_WARPS": 1, "METHOD": method}
+
+    seeded = replace(TEMPLATE, seeds=(setting(1, 256), setting(2, 256), setting(1, 8192)))
+    monkeypatch.setattr(loop, "templates_for", lambda definition: [seeded])
+    problem = load_problem(PROBLEM)
+    store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
+    known = seeded.render(setting(2, 256), problem)  # searched earlier: in the store
+    archive.add_candidate(store, archive.CandidateRecord(
+        problem=problem.name, name=known["name"], proposer="template:row_norm", solution=known,
+        status="PASSED", fitness=1.0, fitness_kind="speedup", latency_ms=1.0, cell=CELL,
+        descriptor={"evidence": []}, evidence=None, params={}))
+    judged = scripted(monkeypatch, [(1.0, 4.0), (2.0, 1.5)], real_composite=False)
+    config = OptimizeConfig(budget=2, device="cpu", baseline="eager",
+                            cache_dir=tmp_path / "cache")
+    lines: list[str] = []
+    optimizer = Optimizer(problem, store, config, lines.append)
+    optimizer.recompose(seeds=True)
+    fresh = seeded.render(setting(1, 256), problem)["name"]
+    assert optimizer.seeds_judged == 1 and judged[0] == fresh  # not the stored one, nor 8192
+    assert any(line.startswith(f"seed {fresh}: PASSED") for line in lines)
+    stored = archive.find(store, problem.name, seeded.render(setting(1, 256), problem))
+    assert stored is not None and stored.proposer == "template:row_norm"
+
+    again = Optimizer(problem, store, config, lines.append)
+    assert again.judge_seeds() == 0
+    again.recompose(seeds=True)
+    assert again.seeds_judged == 0 and fresh not in judged[1:]
+
+
 @pytest.mark.slow
 def test_the_descriptor_code_describes_a_composite_of_template_kernels():
     """Captured for sm_90a on the smallest workload, a composite of two template settings is

@@ -15,7 +15,8 @@ on goes to PyTorch. Both are judged beyond the budget (they are built from what 
 bought) but within the time.
 `recompose` does the same for a store whose candidates were judged before per-workload results
 were kept: it judges the best candidate of each template again first, recording their
-per-workload results on their existing rows.
+per-workload results on their existing rows; with `seeds`, it also judges each template's seeds
+that the store lacks (a store searched before the templates had them).
 
 Every candidate is judged by the harness (the loop never times anything), described by the
 kernels it compiles to (descriptors.py), and stored (archive.py). With a `patience`, a search
@@ -42,6 +43,7 @@ its evidence and never does.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from collections.abc import Callable
@@ -157,7 +159,7 @@ class Optimizer:
         self._ahead_root = (None if config.device == "cpu" else  # the interpreter compiles none
                             (config.cache_dir or default_cache_dir()) / jit_ahead.FOLDER)
         self._kept_ahead: set[Path] = set()  # this run's kernels compiled ahead, until judged
-        self.judged = self.reused = self.hacks = self.rejudged = 0
+        self.judged = self.reused = self.hacks = self.rejudged = self.seeds_judged = 0
         self.deadline = (time.monotonic() + 60 * config.minutes) if config.minutes else None
         self.attempts: list = []
         self.best_fitness: float | None = _best_fitness(archive.elites(store, problem.name))
@@ -289,16 +291,45 @@ class Optimizer:
                  else (judged.evidence or "")[:120])
         self.report(f"compose: the reference as a part: {judged.status}, {shown}")
 
-    def recompose(self, limit: int = RECOMPOSE_PARTS) -> Composition | None:
+    def recompose(self, limit: int = RECOMPOSE_PARTS,
+                  seeds: bool = False) -> Composition | None:
         """Compose in a store written before per-workload results were kept: judge again (not
         read back) the best candidate of each template, at most `limit`, that lacks a result on
-        a judged workload, keeping their results on their existing rows, then compose. None
-        when the time ran out first (what was judged again is kept: a later call goes on)."""
+        a judged workload, keeping their results on their existing rows, then compose. With
+        `seeds`, each template's seeds the store lacks are judged first (see `judge_seeds`).
+        None when the time ran out first (what was judged is kept: a later call goes on)."""
         try:
+            if seeds:
+                self._judge_seeds()
             self._rejudge(limit)
             return self._compose()
         except _Exhausted:
             return None
+
+    def judge_seeds(self) -> int:
+        """Judge each template's seeds (settings known to suit the target, search.py) that
+        are valid here and not in the store yet, as candidates of their template: a store
+        filled by searches that ran before a template had seeds, or before these, has never
+        measured them. Beyond the budget, within the time. Returns how many were judged."""
+        with contextlib.suppress(_Exhausted):
+            self._judge_seeds()
+        return self.seeds_judged
+
+    def _judge_seeds(self) -> None:
+        for template in templates_for(self.problem.definition):
+            settings = [dict(s) for s in template.seeds
+                        if template.invalid_reason(s, self.problem) is None]
+            solutions = [template.render(s, self.problem) for s in settings]
+            new = [s for s in solutions if archive.find(self.store, self.problem.name, s) is None]
+            for start in range(0, len(new), self.parallel):
+                self._check_time()
+                batch = new[start:start + self.parallel]
+                verdicts = self.judge_batch(batch, f"{TEMPLATE_PREFIX}{template.name}")
+                self.seeds_judged += len(batch)
+                for solution, judged in zip(batch, verdicts):
+                    shown = (f"fitness {fitness(judged.fitness)}" if judged.fitness is not None
+                             else (judged.evidence or "")[:120])
+                    self.report(f"seed {solution['name']}: {judged.status}, {shown}")
 
     def _rejudge(self, limit: int) -> None:
         """Judge again the best candidate of each template lacking per-workload results; their
