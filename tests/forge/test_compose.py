@@ -269,7 +269,7 @@ def test_recompose_with_seeds_judges_the_seeds_the_store_lacks_once(tmp_path, mo
         status="PASSED", fitness=1.0, fitness_kind="speedup", latency_ms=1.0, cell=CELL,
         descriptor={"evidence": []}, evidence=None, params={}))
     judged = scripted(monkeypatch, [(1.0, 4.0), (2.0, 1.5)], real_composite=False)
-    config = OptimizeConfig(budget=2, device="cpu", baseline="eager",
+    config = OptimizeConfig(budget=0, device="cpu", baseline="eager",  # beyond the budget
                             cache_dir=tmp_path / "cache")
     lines: list[str] = []
     optimizer = Optimizer(problem, store, config, lines.append)

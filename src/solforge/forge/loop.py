@@ -324,7 +324,9 @@ class Optimizer:
             for start in range(0, len(new), self.parallel):
                 self._check_time()
                 batch = new[start:start + self.parallel]
-                verdicts = self.judge_batch(batch, f"{TEMPLATE_PREFIX}{template.name}")
+                described = [self._describing.submit(self._describe, s) for s in batch]
+                verdicts = self.judge_batch(batch, f"{TEMPLATE_PREFIX}{template.name}",
+                                            described)  # described ahead: beyond the budget
                 self.seeds_judged += len(batch)
                 for solution, judged in zip(batch, verdicts):
                     shown = (f"fitness {fitness(judged.fitness)}" if judged.fitness is not None
