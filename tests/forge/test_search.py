@@ -41,6 +41,20 @@ def _bowl(solution) -> float:
     return -((p["X"] - 7) ** 2 + (p["Y"] - 3) ** 2 + 4 * (p["Z"] != "c") + abs(p["W"] - 64) / 16)
 
 
+@pytest.fixture
+def studies(monkeypatch) -> list:
+    """Every Optuna study the search creates, as it creates them."""
+    created = []
+    create_study = optuna.create_study
+
+    def spy(*args, **kwargs):
+        created.append(create_study(*args, **kwargs))
+        return created[-1]
+
+    monkeypatch.setattr(optuna, "create_study", spy)
+    return created
+
+
 def test_small_valid_space_is_searched_exhaustively_in_order(monkeypatch):
     def no_sampler(*args, **kwargs):
         raise AssertionError("a small space must not need the sampler")
@@ -60,15 +74,7 @@ def test_small_valid_space_is_searched_exhaustively_in_order(monkeypatch):
     assert best_trial(trials).params == {"X": 2, "Y": 0}
 
 
-def test_large_space_uses_tpe_and_finds_the_optimum_within_the_budget(monkeypatch):
-    studies = []
-    create_study = optuna.create_study
-
-    def spy(*args, **kwargs):
-        studies.append(create_study(*args, **kwargs))
-        return studies[-1]
-
-    monkeypatch.setattr(optuna, "create_study", spy)
+def test_large_space_uses_tpe_and_finds_the_optimum_within_the_budget(studies):
     template = _synthetic(LARGE, too_big=14)
     scored = []
 
@@ -173,17 +179,9 @@ def test_valid_seeds_come_first_in_their_order(space):
     assert len({tuple(trial.params.values()) for trial in trials}) == len(trials)
 
 
-def test_the_sampler_learns_from_the_seeds(monkeypatch):
+def test_the_sampler_learns_from_the_seeds(studies):
     """The seeds are the study's first trials (told like any other), and TPE's random start is
     cut to a quarter of a small budget, so its model proposes most of a search of 12."""
-    studies = []
-    create_study = optuna.create_study
-
-    def spy(*args, **kwargs):
-        studies.append(create_study(*args, **kwargs))
-        return studies[-1]
-
-    monkeypatch.setattr(optuna, "create_study", spy)
     best = {"X": 7, "Y": 3, "Z": "c", "W": 64}
     trials = search(_seeded(LARGE, 14, (best,)), PROBLEM, each(_bowl), budget=12, seed=0)
     (study,) = studies
