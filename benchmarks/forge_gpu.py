@@ -38,9 +38,13 @@ again (stores written before they were kept have none), the problem's reference 
 part (solforge.forge.reference_part), the composite is judged, and, when it became the best
 elite, it is evaluated as a search's best is. Each is noted in OUTDIR/NAME-forge-compose.jsonl
 (a later call skips it); from then on the summaries show its `composite` and, when it won, its
-`best`. With `--seeds`, each template's seeds the archive lacks (settings known to suit the
-H200, added after most problems were searched) are judged first, as candidates of their
-template, so the composite can draw on them: a seed can also become the best elite.
+`best`. A line without `reference_returns` was composed while the reference part still wrote
+into pre-allocated outputs (a copy, and on small shapes the host's time before it, that made
+the part lose shapes eager PyTorch wins): its problem is composed again, with the reference
+judged as it is now, and the latest line counts. With `--seeds`, each template's seeds the
+archive lacks (settings known to suit the H200, added after most problems were searched) are
+judged first, as candidates of their template, so the composite can draw on them: a seed can
+also become the best elite.
 """
 
 from __future__ import annotations
@@ -198,7 +202,8 @@ def best_record(call: Call, problem: Problem, best: archive.Elite) -> dict[str, 
 def compose_until_deadline(call: Call, started: float) -> None:
     """Add a composite to each finished problem not composed yet, while time is left."""
     done = [json.loads(line)["problem"] for line in _lines(call.progress)]
-    composed = {json.loads(line)["problem"] for line in _lines(call.composed)}
+    composed = {line["problem"] for line in map(json.loads, _lines(call.composed))
+                if line.get("reference_returns")}
     store = open_store(f"sqlite:///{call.out / 'forge.db'}")
     with open_runner("local", call.device, 1) as runner:
         for address in [a for a in done if a not in composed and a in call.problems]:
@@ -230,7 +235,7 @@ def compose_problem(call: Call, store: Any, address: str, runner: TaskRunner,
         return None
     after = archive.elites(store, problem.name)
     won = bool(after) and (not before or after[0].candidate_id != before[0].candidate_id)
-    line = {"problem": address, "rejudged": optimizer.rejudged,
+    line = {"problem": address, "reference_returns": True, "rejudged": optimizer.rejudged,
             "seeds_judged": optimizer.seeds_judged,
             "composite": found.solution["name"] if found.solution else None,
             "reason": found.reason,
@@ -252,17 +257,22 @@ def _verdict_of(store: Any, problem: str,
 
 
 def with_compositions(call: Call, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records with what `--compose` added: its `composite`, and its `best` when the
-    composite became the best elite (records of problems never composed are unchanged)."""
-    lines = {line["problem"]: line for line in map(json.loads, _lines(call.composed))}
+    """The records with what `--compose` added: the latest composition's `composite`, and the
+    `best` of the latest composition that changed the best elite (a later one that did not
+    leaves it the best); records of problems never composed are unchanged."""
+    latest: dict[str, dict[str, Any]] = {}
+    best: dict[str, dict[str, Any]] = {}
+    for line in map(json.loads, _lines(call.composed)):
+        latest[line["problem"]] = line
+        if line["best"] is not None:
+            best[line["problem"]] = line["best"]
     merged = []
     for record in records:
-        line = lines.get(record["problem"])
+        line = latest.get(record["problem"])
         if line is not None:
             record = {**record, "composite": {k: v for k, v in line.items()
                                               if k not in ("problem", "best")}}
-            if line["best"] is not None:
-                record["best"] = line["best"]
+            record["best"] = best.get(record["problem"], record["best"])
         merged.append(record)
     return merged
 

@@ -178,17 +178,16 @@ def test_a_forge_search_cut_by_the_deadline_goes_on_in_the_next_call(tmp_path, m
     assert len(given) == 2 and not short.progress.exists()
 
 
-def test_forge_compose_adds_a_composite_to_finished_problems_once(tmp_path, monkeypatch):
-    """`--compose` composes the problems an earlier call finished, each once; one the deadline
-    cuts is composed by the next call; the summary's records gain `composite` (and keep every
-    key they had), and records of problems never composed are unchanged."""
+NOTHING_TO_COMPOSE = "one candidate is the fastest on every workload shape"
+
+
+def scripted_composer(script, monkeypatch, compositions: list) -> list:
+    """The script's Optimizer replaced: the n-th made (its config kept in the list returned)
+    recomposes to `compositions[n]`, None standing for a cut; the runner opens nothing."""
     from contextlib import nullcontext
 
     from solforge.forge.compose import Composition
 
-    script = _load_script(FORGE_SCRIPT, monkeypatch)
-    composed = [None, Composition(None, {}, None, "one candidate is the fastest on every "
-                                                  "workload shape")]
     given = []
 
     class Scripted:
@@ -199,10 +198,20 @@ def test_forge_compose_adds_a_composite_to_finished_problems_once(tmp_path, monk
 
         def recompose(self, seeds=False):
             assert not seeds  # the call's default: no --seeds
-            return composed[len(given) - 1]
+            reason = compositions[len(given) - 1]
+            return None if reason is None else Composition(None, {}, None, reason)
 
     monkeypatch.setattr(script, "Optimizer", Scripted)
     monkeypatch.setattr(script, "open_runner", lambda *args: nullcontext())
+    return given
+
+
+def test_forge_compose_adds_a_composite_to_finished_problems_once(tmp_path, monkeypatch):
+    """`--compose` composes the problems an earlier call finished, each once; one the deadline
+    cuts is composed by the next call; the summary's records gain `composite` (and keep every
+    key they had), and records of problems never composed are unchanged."""
+    script = _load_script(FORGE_SCRIPT, monkeypatch)
+    given = scripted_composer(script, monkeypatch, [None, NOTHING_TO_COMPOSE])
     call = script.Call(tmp_path, [PROBLEM], 10, 1000.0, "cpu", "cpu", compose=True)
     record = {"problem": PROBLEM, "judged": 3, "best": None}
     other = {"problem": "l1/not_given", "judged": 3, "best": None}  # finished, not asked for
@@ -216,6 +225,25 @@ def test_forge_compose_adds_a_composite_to_finished_problems_once(tmp_path, monk
     (merged,) = script.with_compositions(call, [record])
     assert merged["composite"]["rejudged"] == 2 and merged["composite"]["composite"] is None
     assert {k: v for k, v in merged.items() if k != "composite"} == record
+
+
+def test_forge_compose_composes_again_what_the_copying_reference_part_composed(tmp_path,
+                                                                               monkeypatch):
+    """A line written before the reference part returned its outputs is composed again, once;
+    the summary keeps the best of the last composition that won, and the latest composite."""
+    script = _load_script(FORGE_SCRIPT, monkeypatch)
+    given = scripted_composer(script, monkeypatch, [NOTHING_TO_COMPOSE])
+    call = script.Call(tmp_path, [PROBLEM], 10, 1000.0, "cpu", "cpu", compose=True)
+    record = {"problem": PROBLEM, "judged": 3, "best": {"name": "searched"}}
+    call.progress.write_text(json.dumps(record) + "\n")
+    stale = {"problem": PROBLEM, "composite": "old", "best": {"name": "old composite"}}
+    call.composed.write_text(json.dumps(stale) + "\n")
+    script.compose_until_deadline(call, time.monotonic())
+    script.compose_until_deadline(call, time.monotonic())  # composed again once, not twice
+    assert len(given) == 1 and len(call.composed.read_text().splitlines()) == 2
+    (merged,) = script.with_compositions(call, [record])
+    assert merged["best"] == {"name": "old composite"}  # the new one did not replace it
+    assert merged["composite"]["composite"] is None and merged["composite"]["reference_returns"]
 
 
 @pytest.mark.slow

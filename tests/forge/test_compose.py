@@ -14,6 +14,7 @@ import torch
 from helpers import TESTS
 from sqlalchemy import create_engine, inspect
 
+from solforge.data.dtypes import dtype_named
 from solforge.data.solution import parse_solution
 from solforge.data.trace import (
     Correctness,
@@ -24,6 +25,7 @@ from solforge.data.trace import (
     Trace,
 )
 from solforge.forge import archive, loop
+from solforge.forge.archive import Judged
 from solforge.forge.compose import compose, key_positions
 from solforge.forge.fitness import WorkloadResult
 from solforge.forge.loop import OptimizeConfig, Optimizer
@@ -36,6 +38,7 @@ from solforge.store.schema import Base, Candidate, CandidateWorkload
 
 PROBLEM = TESTS / "fixtures" / "harness" / "rmsnorm_small"  # workloads small-t8, small-t64
 CELL = "plain/cuda_core/tile_per_program/small"
+FP4 = dtype_named("float4_e2m1")  # packed: two elements a byte
 
 
 def sentinel(name: str, value: float) -> dict:
@@ -290,7 +293,6 @@ def test_recompose_with_seeds_judges_the_seeds_the_store_lacks_once(tmp_path, mo
 def test_the_descriptor_code_describes_a_composite_of_template_kernels():
     """Captured for sm_90a on the smallest workload, a composite of two template settings is
     described (no crash) by the part that workload dispatches to."""
-    from solforge.forge.archive import Judged
     from solforge.forge.descriptors import describe_solution
     from solforge.forge.templates import templates_for
 
@@ -310,22 +312,61 @@ def test_the_descriptor_code_describes_a_composite_of_template_kernels():
         described.evidence[0]
 
 
-def test_the_reference_part_computes_the_reference_into_the_outputs(tmp_path, monkeypatch):
+def test_the_reference_part_is_the_reference_returning_its_outputs(tmp_path, monkeypatch):
     problem = load_problem(PROBLEM)
     solution = reference_candidate(problem.definition)
     parsed = parse_solution(solution)
-    assert parsed.destination_passing_style and parsed.languages == ("pytorch",)
-    run = load_entry(solution, tmp_path / "src", monkeypatch, module="reference_dps")
+    assert not parsed.destination_passing_style and parsed.languages == ("pytorch",)
+    run = load_entry(solution, tmp_path / "src", monkeypatch, module="reference")
     hidden = torch.randn(8, 256, dtype=torch.bfloat16)
     weight = torch.randn(256, dtype=torch.bfloat16)
-    out = torch.zeros(8, 256, dtype=torch.bfloat16)
-    assert run(hidden, weight, 1e-5, out) is None
     expected = load_reference_module(problem.definition).run(hidden, weight, 1e-5)
-    assert torch.equal(out, expected)
+    assert torch.equal(run(hidden, weight, 1e-5), expected)
 
-    scalar = replace(problem.definition, outputs={
-        "loss": replace(next(iter(problem.definition.outputs.values())), shape=None)})
-    assert reference_candidate(scalar) is None  # a Python number has no buffer to write
+    output = next(iter(problem.definition.outputs.values()))
+    scalar = replace(problem.definition, outputs={"loss": replace(output, shape=None)})
+    assert reference_candidate(scalar) is None  # no buffer a kernel part could write
+    packed = replace(problem.definition, outputs={"out": replace(output, dtype=FP4)})
+    assert reference_candidate(packed) is None
+
+
+def returning_parts(problem) -> list[Judged]:
+    """A destination-passing sentinel that wins small-t8 and the reference (returning its
+    outputs) that wins small-t64."""
+    reference = reference_candidate(problem.definition)
+    return [Judged(1, "fill", "template:t", 1.0, sentinel("fill", 1.0), CELL, {},
+                   {"small-t8": 1.0, "small-t64": 3.0}),
+            Judged(2, reference["name"], "reference", 0.5, reference, None, {},
+                   {"small-t8": 2.0, "small-t64": 1.0})]
+
+
+def test_a_composite_with_the_reference_returns_its_outputs(tmp_path, monkeypatch):
+    """The reference's outputs come back untouched; a destination-passing part gets outputs
+    allocated by the dispatcher, of the definition's shape and dtype."""
+    problem = load_problem(PROBLEM)
+    found = compose(problem, returning_parts(problem))
+    assert not parse_solution(found.solution).destination_passing_style
+    run = load_entry(found.solution, tmp_path / "src", monkeypatch)
+    weight = torch.randn(256, dtype=torch.bfloat16)
+    reference = load_reference_module(problem.definition).run
+    for tokens in (8, 5):  # the sentinel's shape, and one no workload has (the fallback)
+        [out] = run(torch.randn(tokens, 256, dtype=torch.bfloat16), weight, 1e-5)
+        assert out.shape == (tokens, 256) and out.dtype == torch.bfloat16
+        assert torch.all(out == 1.0)
+    hidden = torch.randn(64, 256, dtype=torch.bfloat16)
+    assert torch.equal(run(hidden, weight, 1e-5), reference(hidden, weight, 1e-5))
+
+
+def test_a_returning_part_joins_only_where_outputs_can_be_allocated():
+    """With an output the dispatcher cannot allocate (here a packed dtype), the reference part
+    is left out and the destination-passing candidates compose alone."""
+    problem = load_problem(PROBLEM)
+    output = next(iter(problem.definition.outputs.values()))
+    packed = replace(problem, definition=replace(
+        problem.definition, outputs={"out": replace(output, dtype=FP4)}))
+    parts = returning_parts(problem)
+    found = compose(packed, parts)
+    assert found.solution is None and {j.name for j in found.assignment.values()} == {"fill"}
 
 
 def test_a_shape_no_kernel_wins_goes_to_the_reference(tmp_path, monkeypatch):
@@ -347,10 +388,23 @@ def test_a_shape_no_kernel_wins_goes_to_the_reference(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_harness_passes_the_reference_part(tmp_path):
+def test_the_harness_passes_the_reference_part_and_a_composite_returning_outputs(tmp_path):
+    """The composite's destination-passing part computes the reference into the outputs the
+    dispatcher allocated: both shapes pass, whichever part serves them."""
     from solforge.harness.evaluate import evaluate
 
     problem = load_problem(PROBLEM)
     config = EvalConfig(device="cpu", baseline="eager", smallest=2, cache_dir=tmp_path / "cache")
-    traces = evaluate(problem, parse_solution(reference_candidate(problem.definition)), config)
-    assert [t.evaluation.status for t in traces] == [Status.PASSED, Status.PASSED]
+    reference = reference_candidate(problem.definition)
+    into = {**sentinel("into", 0.0), "sources": [{"path": "kernel.py", "content": (
+        problem.definition.reference + "\n\n_returning = run\n\n\n"
+        "def run(hidden_states, norm_weight, eps, output):\n"
+        "    output.copy_(_returning(hidden_states, norm_weight, eps))\n")}]}
+    parts = [Judged(1, "into", "template:t", 1.0, into, CELL, {},
+                    {"small-t8": 1.0, "small-t64": 3.0}),
+             Judged(2, reference["name"], "reference", 0.5, reference, None, {},
+                    {"small-t8": 2.0, "small-t64": 1.0})]
+    found = compose(problem, parts)
+    for solution in (reference, found.solution):
+        traces = evaluate(problem, parse_solution(solution), config)
+        assert [t.evaluation.status for t in traces] == [Status.PASSED, Status.PASSED]

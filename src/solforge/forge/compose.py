@@ -9,9 +9,15 @@ its fastest PASSED candidate, and any shape not among the workloads to the candi
 best overall fitness, so the composite is correct for every shape, not only the workloads.
 
 Only candidates with a PASSED result on every workload are eligible, so each part is known to
-be correct on every workload (the composite is judged again anyway). Parts are the Python,
-destination-passing candidates (what the templates render, and the problem's reference wrapped
-so, reference_part.py, where the optimizer judged it); composites are never parts.
+be correct on every workload (the composite is judged again anyway). Parts are Python
+candidates: the destination-passing ones the templates render, and the problem's reference
+returning its outputs (reference_part.py, where the optimizer judged it); composites are never
+parts. A composite with a returning part returns its outputs too: it allocates them (with
+`torch.empty`, no device work) for the destination-passing parts and hands the reference's back
+untouched. Wrapping the reference to write into pre-allocated outputs instead would add a copy
+and, on a small shape, the host's time between the reference's last launch and the copy's: on
+the H200 that wrapped reference measured 20-60 us slower than eager on the decode-sized
+workloads, so it lost shapes the reference itself wins.
 
 The shape key is the tuple of the definition's variable axes, read off the call's arguments
 (`args[i].shape[d]` for the first tensor that carries each axis): the const and expression axes
@@ -70,7 +76,8 @@ def compose(problem: Problem, candidates: Sequence[Judged],
     """Compose `candidates` (archive.passed) over `workloads` (default: all the problem's)."""
     workloads = list(workloads if workloads is not None else problem.workloads)
     uuids = [w.uuid for w in workloads]
-    eligible = [c for c in candidates if c.proposer != PROPOSER and _composable(c)
+    allocatable = output_allocation(problem.definition) is not None
+    eligible = [c for c in candidates if c.proposer != PROPOSER and _composable(c, allocatable)
                 and all(uuid in c.latencies for uuid in uuids)]
     if not eligible:
         return Composition(None, {}, None, "no candidate has a PASSED result on every "
@@ -126,13 +133,45 @@ def key_positions(definition: Definition) -> list[tuple[str, int, int]]:
     return positions
 
 
-def _composable(candidate: Judged) -> bool:
-    """A Python, destination-passing solution: one the dispatcher can import and call."""
+def output_allocation(definition: Definition) -> list[tuple[tuple[str, ...], str]] | None:
+    """How a returning composite allocates each output for a destination-passing part: its
+    dimensions as Python expressions (`args[i].shape[d]`, or a const axis's value) and its
+    torch dtype. None when some output cannot be allocated from the inputs alone: a Python
+    scalar, a packed dtype, an expression axis, or a variable axis no input carries."""
+    if all(spec.shape is None for spec in definition.inputs.values()):
+        return None  # no input tensor to take the device from
+    readable = {axis: f"args[{index}].shape[{dim}]" for axis, index, dim in
+                key_positions(definition) if index < len(definition.inputs)}
+    allocation = []
+    for spec in definition.outputs.values():
+        if spec.shape is None or spec.dtype.elements_per_storage != 1:
+            return None
+        dims = []
+        for name in spec.shape:
+            axis = definition.axes[name]
+            if axis.kind == "const":
+                dims.append(str(axis.value))
+            elif axis.kind == "var" and name in readable:
+                dims.append(readable[name])
+            else:
+                return None
+        allocation.append((tuple(dims), str(spec.dtype.torch_dtype)))
+    return allocation
+
+
+def _composable(candidate: Judged, allocatable: bool) -> bool:
+    """A Python solution the dispatcher can import and call: destination-passing, or returning
+    its outputs where the composite can allocate them for its destination-passing parts."""
     try:
         solution = parse_solution(candidate.solution)
     except SolutionError:
         return False
-    return not solution.is_cpp and solution.destination_passing_style
+    return not solution.is_cpp and (solution.destination_passing_style or allocatable)
+
+
+def _returns(judged: Judged) -> bool:
+    """Whether this part returns its outputs (the reference) instead of writing them."""
+    return not parse_solution(judged.solution).destination_passing_style
 
 
 # ---- rendering ------------------------------------------------------------------------------
@@ -156,7 +195,8 @@ def render(definition: Definition, table: dict[ShapeKey, Judged], fallback: Judg
         sources.append({"path": f"{package}/__init__.py", "content": ""})
         sources += [{"path": f"{package}/{s.path}", "content": s.content}
                     for s in solution.sources]
-    dispatcher = dispatcher_source(definition, table, fallback, ordered)
+    returning = any(_returns(part) for part in ordered)
+    dispatcher = dispatcher_source(definition, table, fallback, ordered, returning)
     digest = hashlib.sha256(dispatcher.encode()).hexdigest()[:10]
     sources.insert(0, {"path": ENTRY_FILE, "content": dispatcher})
     return {
@@ -166,14 +206,14 @@ def render(definition: Definition, table: dict[ShapeKey, Judged], fallback: Judg
         "description": (f"Per-shape dispatch over {len(ordered)} judged candidates: "
                         f"{', '.join(part.name for part in ordered)}; other shapes go to "
                         f"{fallback.name}."),
-        "spec": _spec(solutions),
+        "spec": _spec(solutions, returning),
         "sources": sources,
     }
 
 
-def _spec(solutions: Sequence[Solution]) -> dict[str, Any]:
+def _spec(solutions: Sequence[Solution], returning: bool) -> dict[str, Any]:
     """The parts' languages, target hardware and dependencies together; the dispatcher's
-    entry point, destination-passing as every part."""
+    entry point, destination-passing unless a part returns its outputs."""
     spec: dict[str, Any] = {"languages": _union(s.languages for s in solutions)}
     hardware = _union(s.spec_extra.get("target_hardware", []) for s in solutions)
     if hardware:
@@ -182,20 +222,27 @@ def _spec(solutions: Sequence[Solution]) -> dict[str, Any]:
     dependencies = _union(s.dependencies for s in solutions)
     if dependencies:
         spec["dependencies"] = dependencies
-    spec["destination_passing_style"] = True
+    spec["destination_passing_style"] = not returning
     return spec
 
 
 def dispatcher_source(definition: Definition, table: dict[ShapeKey, Judged], fallback: Judged,
-                      parts: Sequence[Judged]) -> str:
-    """`run(*args)`: the call's shape key, one dict lookup, one call of that part's entry."""
+                      parts: Sequence[Judged], returning: bool = False) -> str:
+    """`run(*args)`: the call's shape key, one dict lookup, one call of that part's entry.
+    When `returning`, a destination-passing part is called through a wrapper that allocates
+    its outputs and returns them."""
     names = {part.candidate_id: f"_{part_name(part)}" for part in parts}
-    imports = []
+    imports = ["import torch"] if returning else []
+    wrappers = ""
     for part in parts:
         solution = parse_solution(part.solution)
         module = solution.entry_file.removesuffix(".py").replace("/", ".")
+        name = names[part.candidate_id]
         imports.append(f"from {part_name(part)}.{module} import {solution.entry_function} "
-                       f"as {names[part.candidate_id]}")
+                       f"as {name}{'_into' if returning and not _returns(part) else ''}")
+        if returning and not _returns(part):
+            wrappers += (f"\n\ndef {name}(*args):\n    outputs = _outputs(args)\n"
+                         f"    {name}_into(*args, *outputs)\n    return outputs\n")
     positions = key_positions(definition)
     axes = ", ".join(axis for axis, _, _ in positions)
     reads = [f"args[{index}].shape[{dim}]" for _, index, dim in positions]
@@ -206,12 +253,26 @@ def dispatcher_source(definition: Definition, table: dict[ShapeKey, Judged], fal
         f'"""Per-shape dispatch for {definition.name}: the call\'s ({axes}) picks the '
         'candidate that was\nfastest on that workload shape; any other shape goes to the one '
         'with the best overall fitness."""\n\n'
-        + "\n".join(imports) + "\n\n"
+        + "\n".join(imports) + "\n"
+        + (_allocator_source(definition) + wrappers + "\n" if returning else "") + "\n"
         f"_FALLBACK = {names[fallback.candidate_id]}  # {fallback.name}\n"
         f"_BY_SHAPE = {{\n{rows}}}\n\n\n"
         "def run(*args):\n"
         f"    return _BY_SHAPE.get(({key}), _FALLBACK)(*args)\n"
     )
+
+
+def _allocator_source(definition: Definition) -> str:
+    """`_outputs(args)`: empty outputs for a destination-passing part of a returning composite,
+    on the device of the first tensor input."""
+    allocation = output_allocation(definition)
+    assert allocation is not None  # a returning part is composable only then
+    first = next(index for index, spec in enumerate(definition.inputs.values())
+                 if spec.shape is not None)
+    tensors = "".join(f"        torch.empty(({', '.join(dims)}{',' if len(dims) == 1 else ''}), "
+                      f"dtype={dtype}, device=device),\n" for dims, dtype in allocation)
+    return (f"\n\ndef _outputs(args):\n    device = args[{first}].device\n"
+            f"    return [\n{tensors}    ]\n")
 
 
 def _union(groups: Iterable[Iterable[str]]) -> list[str]:
