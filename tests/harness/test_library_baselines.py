@@ -41,6 +41,11 @@ EVALUATE = importlib.import_module("solforge.harness.evaluate")  # the package e
     ("l1/hgemm_fp16", "cublaslt"),
     ("l1/rmsnorm_llama3_1_8b", "flashinfer-rmsnorm"),
     ("l1/rmsnorm_gemma3_27b", "flashinfer-rmsnorm"),
+    ("fib/rope_qwen3_8b", "flashinfer-rope"),  # NeoX halves
+    ("fib/rope_deepseek_v3", "flashinfer-rope"),  # interleaved pairs, one key for all heads
+    ("fib/top_k_renorm_probs_deepseek_v3", "flashinfer-top-k-renorm"),
+    ("l1/rope_cos_sin_cache_qwen3_32b", None),  # a bfloat16 cache: FlashInfer takes float32
+    ("l1/rope_llama3_1_8b", None),  # no cache: angles from the positions
     ("l1/softmax_llama3_1_8b_vocab", None),
     ("quant/fp8_gemm_per_tensor_llama3_1_8b_qkv", None),  # four inputs: not a plain GEMM
 ])
@@ -67,6 +72,67 @@ def test_gemma_rmsnorm_uses_the_one_plus_weight_kernel():
     source = library_baseline(open_problem("l1/rmsnorm_gemma3_27b").definition).solution
     assert "flashinfer.norm.gemma_rmsnorm(" in source.sources[0].content
     assert source.preload_modules() == ("flashinfer",)
+
+
+def _fake_flashinfer(monkeypatch) -> None:
+    """A `flashinfer` module with the documented semantics of the two calls the RoPE and top-k
+    baselines make, written independently of the mapping (complex products for the rotation),
+    so a library baseline's own code can run on the CPU."""
+    import types
+
+    def apply_rope_with_cos_sin_cache(positions, query, key, head_size, cache, is_neox=True):
+        assert query.dim() == 2 and key.dim() == 2 and cache.dtype == torch.float32
+        half = cache.shape[1] // 2
+        turn = torch.complex(cache[positions, :half], cache[positions, half:])[:, None, :]
+
+        def rotate(x):
+            x = x.view(x.shape[0], -1, head_size).float()
+            if is_neox:
+                pairs = torch.complex(x[..., :half], x[..., half:]) * turn
+                out = torch.cat((pairs.real, pairs.imag), dim=-1)
+            else:
+                pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], half, 2).contiguous())
+                out = torch.view_as_real(pairs * turn).flatten(-2)
+            return out.reshape(x.shape[0], -1)
+
+        return rotate(query).to(query.dtype), rotate(key).to(key.dtype)
+
+    def top_k_renorm_probs(probs, top_k):
+        pivot = probs.sort(dim=-1, descending=True).values[:, top_k - 1:top_k]
+        kept = probs * (probs >= pivot)
+        return kept / kept.sum(dim=-1, keepdim=True)
+
+    module = types.ModuleType("flashinfer")
+    module.rope = types.SimpleNamespace(apply_rope_with_cos_sin_cache=apply_rope_with_cos_sin_cache)
+    module.sampling = types.SimpleNamespace(top_k_renorm_probs=top_k_renorm_probs)
+    monkeypatch.setitem(sys.modules, "flashinfer", module)
+
+
+@pytest.mark.parametrize("address", ["fib/rope_qwen3_8b", "fib/rope_deepseek_v3",
+                                     "fib/top_k_renorm_probs_deepseek_v3"])
+def test_flashinfer_baselines_compute_what_the_reference_computes(address, monkeypatch):
+    """Through a FlashInfer with the documented semantics, each baseline's code gives the
+    reference's outputs on the smallest workload: the rotation layout the probe read off the
+    reference, and the flattening FlashInfer's RoPE wants, are right."""
+    from solforge.problem.reference import load_reference_module
+
+    _fake_flashinfer(monkeypatch)
+    problem = open_problem(address)
+    inputs = list(make_inputs(problem, problem.smallest_workload()).values())
+    got = _namespace(address)[ENTRY](*inputs)
+    want = load_reference_module(problem.definition).run(*inputs)
+    for out, expected in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want))):
+        assert out.shape == expected.shape
+        torch.testing.assert_close(out.float(), expected.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_a_rope_that_matches_neither_rotation_gets_no_baseline():
+    """The cache read the other way round (sin first): neither FlashInfer layout computes it."""
+    definition = open_problem("fib/rope_qwen3_8b").definition
+    swapped = definition.reference.replace("cos, sin = cos_sin_cache[positions].chunk(",
+                                           "sin, cos = cos_sin_cache[positions].chunk(")
+    assert swapped != definition.reference
+    assert library_baseline(replace(definition, reference=swapped)) is None
 
 
 def test_cudnn_sdpa_forces_cudnn_with_no_fallback():
