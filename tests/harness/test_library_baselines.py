@@ -127,12 +127,15 @@ def test_flashinfer_baselines_compute_what_the_reference_computes(address, monke
 
 
 def test_a_rope_that_matches_neither_rotation_gets_no_baseline():
-    """The cache read the other way round (sin first): neither FlashInfer layout computes it."""
+    """The cache read the other way round (sin first): neither FlashInfer layout computes it.
+    A reference that cannot run on the CPU probe gets none either, without an error."""
     definition = open_problem("fib/rope_qwen3_8b").definition
     swapped = definition.reference.replace("cos, sin = cos_sin_cache[positions].chunk(",
                                            "sin, cos = cos_sin_cache[positions].chunk(")
     assert swapped != definition.reference
     assert library_baseline(replace(definition, reference=swapped)) is None
+    cuda_only = definition.reference + "\n\ndef run(*args):\n    assert args[0].is_cuda\n"
+    assert library_baseline(replace(definition, reference=cuda_only)) is None  # no crash
 
 
 def test_cudnn_sdpa_forces_cudnn_with_no_fallback():
