@@ -284,7 +284,6 @@ def test_recompose_with_seeds_judges_the_seeds_the_store_lacks_once(tmp_path, mo
     assert stored is not None and stored.proposer == "template:row_norm"
 
     again = Optimizer(problem, store, config, lines.append)
-    assert again.judge_seeds() == 0
     again.recompose(seeds=True)
     assert again.seeds_judged == 0 and fresh not in judged[1:]
 

@@ -43,7 +43,6 @@ its evidence and never does.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import time
 from collections.abc import Callable
@@ -272,9 +271,7 @@ class Optimizer:
         self._check_time()
         judged = self.judge_batch([found.solution], COMPOSE,
                                    [self._fallback_descriptor(found)])[0]
-        shown = f"fitness {fitness(judged.fitness)}" if judged.fitness is not None else \
-            (judged.evidence or "")[:120]
-        self.report(f"compose: {found.solution['name']}: {judged.status}, {shown}")
+        self.report(f"compose: {found.solution['name']}: {_outcome(judged)}")
         return found
 
     def _judge_reference(self) -> None:
@@ -296,7 +293,7 @@ class Optimizer:
         """Compose in a store written before per-workload results were kept: judge again (not
         read back) the best candidate of each template, at most `limit`, that lacks a result on
         a judged workload, keeping their results on their existing rows, then compose. With
-        `seeds`, each template's seeds the store lacks are judged first (see `judge_seeds`).
+        `seeds`, each template's seeds the store lacks are judged first (`_judge_seeds`).
         None when the time ran out first (what was judged is kept: a later call goes on)."""
         try:
             if seeds:
@@ -306,16 +303,11 @@ class Optimizer:
         except _Exhausted:
             return None
 
-    def judge_seeds(self) -> int:
+    def _judge_seeds(self) -> None:
         """Judge each template's seeds (settings known to suit the target, search.py) that
         are valid here and not in the store yet, as candidates of their template: a store
         filled by searches that ran before a template had seeds, or before these, has never
-        measured them. Beyond the budget, within the time. Returns how many were judged."""
-        with contextlib.suppress(_Exhausted):
-            self._judge_seeds()
-        return self.seeds_judged
-
-    def _judge_seeds(self) -> None:
+        measured them. Beyond the budget, within the time (`seeds_judged` counts them)."""
         for template in templates_for(self.problem.definition):
             settings = [dict(s) for s in template.seeds
                         if template.invalid_reason(s, self.problem) is None]
@@ -329,9 +321,7 @@ class Optimizer:
                                             described)  # described ahead: beyond the budget
                 self.seeds_judged += len(batch)
                 for solution, judged in zip(batch, verdicts):
-                    shown = (f"fitness {fitness(judged.fitness)}" if judged.fitness is not None
-                             else (judged.evidence or "")[:120])
-                    self.report(f"seed {solution['name']}: {judged.status}, {shown}")
+                    self.report(f"seed {solution['name']}: {_outcome(judged)}")
 
     def _rejudge(self, limit: int) -> None:
         """Judge again the best candidate of each template lacking per-workload results; their
@@ -588,6 +578,13 @@ class Optimizer:
 
     def _remaining_budget(self, templates_left: int) -> int:
         return max(1, self._budget_left() // templates_left)
+
+
+def _outcome(judged: Verdict) -> str:
+    """A judged candidate in a report line: its status and fitness, or why it failed."""
+    shown = (f"fitness {fitness(judged.fitness)}" if judged.fitness is not None
+             else (judged.evidence or "")[:120])
+    return f"{judged.status}, {shown}"
 
 
 def _best_fitness(elites: list[archive.Elite]) -> float | None:
