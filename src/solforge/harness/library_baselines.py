@@ -11,10 +11,11 @@ Which library fits is read from the definition, never from its name alone:
 - `flashinfer-rmsnorm`: an RMSNorm (a 2-D activation, a 1-D weight, a scalar eps) through
   `flashinfer.norm.rmsnorm` (`gemma_rmsnorm` where the reference scales by 1 + weight);
 - `flashinfer-rope`: a RoPE of q and k through a float32 cos/sin cache (vLLM's layout: row p is
-  [cos | sin] of position p) through `flashinfer.rope.apply_rope_with_cos_sin_cache`. Whether
-  the reference rotates NeoX halves or interleaved pairs is read off the reference itself: it
-  runs on a few CPU tokens with a random cache, and its outputs are compared with both
-  rotations (a reference that matches neither, a partial rotation say, gets no baseline);
+  [cos | sin] of position p) through `flashinfer.rope.apply_rope_with_cos_sin_cache`, for
+  16-bit q and k. The roles and whether the reference rotates NeoX halves or interleaved pairs
+  are recognised as the forge's RoPE template recognises them (problem/rope.py: the reference
+  runs on a few CPU tokens, and its outputs are compared with both rotations); a reference
+  that matches neither, a partial rotation say, gets no baseline;
 - `flashinfer-top-k-renorm`: top-k renormalisation of a probability table (a 2-D float32
   table, a scalar k) through `flashinfer.sampling.top_k_renorm_probs`.
 The score against it is the SOL score with T_b = the library's time:
@@ -27,9 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
-from solforge.data.definition import Definition, TensorSpec
+from solforge.data.definition import Definition
 from solforge.data.solution import Solution, SourceFile
-from solforge.problem.reference import load_reference_module
+from solforge.problem.rope import RopeRoles, recognise_rope
 from solforge.score import sol_score
 
 ENTRY = "solforge_library_run"
@@ -129,13 +130,11 @@ def _flashinfer_rmsnorm(definition: Definition) -> LibraryBaseline | None:
 
 
 def _flashinfer_rope(definition: Definition) -> LibraryBaseline | None:
-    roles = _rope_roles(definition)
-    if roles is None:
+    roles = recognise_rope(definition)
+    if roles is None or not _flashinfer_rope_dtypes(definition, roles):
         return None
-    neox = _rope_layout(definition, roles)
-    if neox is None:
-        return None
-    q, k, positions, cache = roles
+    q, k, positions, cache = roles.q, roles.k, roles.positions, roles.cache
+    neox = not roles.interleaved
     style = "NeoX halves" if neox else "interleaved pairs"
     source = ("import flashinfer\n\n\n"
               f"def {ENTRY}({', '.join(definition.inputs)}):\n"
@@ -149,83 +148,11 @@ def _flashinfer_rope(definition: Definition) -> LibraryBaseline | None:
                            _solution(definition, "flashinfer-rope", source, ["flashinfer"]))
 
 
-def _rope_roles(definition: Definition) -> tuple[str, str, str, str] | None:
-    """(q, k, positions, cos_sin_cache) input names, in the definition's order of q and k,
-    when the inputs are exactly those: two 16-bit tensors over the same tokens with the same
-    last axis, 1-D integer positions over the tokens, and a float32 [positions, last axis]
-    cache; and the outputs two tensors shaped as q and k."""
-    if definition.op_type != "rope" or len(definition.inputs) != 4 or \
-            len(definition.outputs) != 2:
-        return None
+def _flashinfer_rope_dtypes(definition: Definition, roles: RopeRoles) -> bool:
+    """FlashInfer rotates 16-bit q and k through a float32 cache."""
     specs = definition.inputs
-    rotated = [n for n, s in specs.items() if s.shape and len(s.shape) >= 2
-               and s.dtype.torch_dtype in (torch.bfloat16, torch.float16)]
-    positions = [n for n, s in specs.items() if s.shape and len(s.shape) == 1
-                 and s.dtype.kind == "int"]
-    caches = [n for n, s in specs.items() if s.shape and len(s.shape) == 2
-              and s.dtype.torch_dtype == torch.float32]
-    if len(rotated) != 2 or len(positions) != 1 or len(caches) != 1:
-        return None
-    (q, k), position, cache = rotated, positions[0], caches[0]
-    tokens, last = specs[q].shape[0], specs[q].shape[-1]
-    fits = (specs[k].shape[0] == tokens and specs[k].shape[-1] == last
-            and specs[position].shape == (tokens,) and specs[cache].shape[1] == last)
-    outputs = [spec.shape for spec in definition.outputs.values()]
-    if not fits or outputs != [specs[q].shape, specs[k].shape]:
-        return None
-    return q, k, position, cache
-
-
-def _rope_layout(definition: Definition, roles: tuple[str, str, str, str]) -> bool | None:
-    """True when the reference rotates NeoX halves through the cache as FlashInfer does, False
-    for interleaved pairs, None for neither (or a reference that does not run on the CPU)."""
-    q, k, positions, cache = roles
-    sizes = {name: axis.value if axis.kind == "const" else 4
-             for name, axis in definition.axes.items()}
-    if any(axis.kind == "expr" for axis in definition.axes.values()):
-        return None
-    generator = torch.Generator().manual_seed(0)
-    inputs = {name: _probe_tensor(spec, sizes, generator)
-              for name, spec in definition.inputs.items()}
-    inputs[positions] = torch.randint(0, sizes[definition.inputs[cache].shape[0]],
-                                      inputs[positions].shape, generator=generator)
-    try:
-        outputs = load_reference_module(definition).run(*inputs.values())
-    except Exception:  # any failure of the reference on these inputs: no mapping, no crash
-        return None
-    if not isinstance(outputs, (tuple, list)) or len(outputs) != 2:
-        return None
-    rows = inputs[cache][inputs[positions]]
-    for neox in (True, False):
-        expected = [_rotated(inputs[name], rows, neox) for name in (q, k)]
-        if all(isinstance(out, torch.Tensor) and out.shape == want.shape
-               and torch.allclose(out.float(), want.float(), rtol=2e-2, atol=2e-2)
-               for out, want in zip(outputs, expected)):
-            return neox
-    return None
-
-
-def _probe_tensor(spec: TensorSpec, sizes: dict[str, int],
-                  generator: torch.Generator) -> torch.Tensor:
-    shape = tuple(sizes[axis] for axis in spec.shape or ())
-    return torch.randn(shape, generator=generator).to(spec.dtype.torch_dtype)
-
-
-def _rotated(x: torch.Tensor, rows: torch.Tensor, neox: bool) -> torch.Tensor:
-    """FlashInfer's rotation of x [tokens, (heads,) dim] by cache rows [tokens, dim] =
-    [cos | sin], in float32, rounded to x's dtype."""
-    half = rows.shape[-1] // 2
-    shape = (rows.shape[0],) + (1,) * (x.dim() - 2) + (half,)
-    cos, sin = rows[:, :half].reshape(shape), rows[:, half:].reshape(shape)
-    x32 = x.float()
-    if neox:
-        first, second = x32[..., :half], x32[..., half:]
-        out = torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
-    else:
-        even, odd = x32[..., 0::2], x32[..., 1::2]
-        out = torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1)
-        out = out.flatten(-2)
-    return out.to(x.dtype)
+    return (specs[roles.q].dtype.torch_dtype in (torch.bfloat16, torch.float16)
+            and specs[roles.cache].dtype.torch_dtype == torch.float32)
 
 
 def _flashinfer_top_k_renorm(definition: Definition) -> LibraryBaseline | None:

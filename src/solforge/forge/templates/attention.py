@@ -24,7 +24,6 @@ import triton
 
 from solforge.data.definition import Definition
 from solforge.data.workload import Workload
-from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.template import (
     Matcher,
     Params,
@@ -41,6 +40,7 @@ from solforge.hardware.block_limits import (
     threads_reason,
     tile_words,
 )
+from solforge.problem.probe import Inputs, Model, matching_variant, small_axes
 from solforge.problem.problem import Problem
 
 DTYPES = ("float16", "bfloat16")

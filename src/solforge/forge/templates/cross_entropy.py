@@ -16,7 +16,6 @@ import torch
 
 from solforge.data.definition import Definition
 from solforge.data.workload import Workload
-from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.template import (
     FLOAT_DTYPES,
     Matcher,
@@ -33,6 +32,7 @@ from solforge.hardware.block_limits import (
     threads_reason,
     tile_words,
 )
+from solforge.problem.probe import Inputs, Model, matching_variant, small_axes
 from solforge.problem.problem import Problem
 
 IGNORE_INDEX = -100

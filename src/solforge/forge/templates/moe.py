@@ -21,7 +21,6 @@ import triton
 
 from solforge.data.definition import Definition
 from solforge.data.workload import Workload, resolve_axes
-from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.template import (
     Matcher,
     Params,
@@ -37,6 +36,7 @@ from solforge.hardware.block_limits import (
     shared_memory_reason,
     threads_reason,
 )
+from solforge.problem.probe import Inputs, Model, matching_variant, small_axes
 from solforge.problem.problem import Problem
 
 FP8 = "float8_e4m3fn"

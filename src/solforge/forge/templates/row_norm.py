@@ -20,7 +20,6 @@ import torch
 
 from solforge.data.definition import Definition, TensorSpec
 from solforge.data.workload import Workload
-from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.template import (
     FLOAT_DTYPES,
     Matcher,
@@ -38,6 +37,7 @@ from solforge.hardware.block_limits import (
     threads_reason,
     tile_words,
 )
+from solforge.problem.probe import Inputs, Model, matching_variant, small_axes
 from solforge.problem.problem import Problem
 
 RMS_WEIGHTS = ("scale_rounded", "scale", "offset")

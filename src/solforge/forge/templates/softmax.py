@@ -19,7 +19,6 @@ import torch
 
 from solforge.data.definition import Definition
 from solforge.data.workload import Workload
-from solforge.forge.templates.probe import Inputs, Model, matching_variant, small_axes
 from solforge.forge.templates.template import (
     FLOAT_DTYPES,
     Matcher,
@@ -37,6 +36,7 @@ from solforge.hardware.block_limits import (
     threads_reason,
     tile_words,
 )
+from solforge.problem.probe import Inputs, Model, matching_variant, small_axes
 from solforge.problem.problem import Problem
 
 PROBE_TEMPERATURE = 0.7

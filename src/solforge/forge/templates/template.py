@@ -1,10 +1,11 @@
 """The template record, and the helpers every template renders its solutions with.
 
 A template is a parameterised Triton kernel for one op family. It knows which problems it can
-solve (`applies`: the definition's structure, then a probe of its reference, probe.py), the knobs
-of its kernel (`space`: name -> choices), which settings cannot work (`valid`: the reason, found
-before anything compiles: shared memory, registers, a tile that must divide an axis, a row too
-long for one block) and how to write a candidate (`render`: a FlashInfer-Bench solution JSON).
+solve (`applies`: the definition's structure, then a probe of its reference,
+problem/probe.py), the knobs of its kernel (`space`: name -> choices), which settings cannot
+work (`valid`: the reason, found before anything compiles: shared memory, registers, a tile that
+must divide an axis, a row too long for one block) and how to write a candidate (`render`: a
+FlashInfer-Bench solution JSON).
 
 Rendered candidates are standalone and honest: the kernel sources live in kernels/ as plain
 Python modules; `render` copies one, rewrites its constant assignments to the chosen values

@@ -1,17 +1,19 @@
-"""Does a kernel's arithmetic reproduce a problem's reference? Run both on one small input.
+"""Does a model of some arithmetic reproduce a problem's reference? Run both on one small input.
 
 Problems can share an op_type, dtypes and shapes and still compute different things: Gemma's
 RMSNorm scales by (1 + weight), Llama's by weight; Whisper's GELU is the erf form, FLUX's the
-tanh one; Gemma-3 scales attention scores by 1/sqrt(168), not 1/sqrt(head_dim). So a template
-describes each variant its kernel can compute as a small PyTorch model of the kernel's arithmetic
-(same roundings), and claims a problem only when one of them reproduces the reference.
+tanh one; Gemma-3 scales attention scores by 1/sqrt(168), not 1/sqrt(head_dim); one RoPE rotates
+halves, another interleaved pairs. So whoever claims a problem (a forge template for its kernel, a
+library baseline for its library call) describes each variant it can compute as a small PyTorch
+model of that arithmetic (same roundings), and claims the problem only when one of them
+reproduces the reference.
 
 The probe builds one seeded input on the CPU the way the harness does (the definition's custom
 input function where it has one, the realistic random generator for the rest), with var axes
-and Python scalars the template chooses small, runs the reference once, and ranks the variants
+and Python scalars the caller chooses small, runs the reference once, and ranks the variants
 by their mean relative error. The best is accepted if its largest error stays within AGREEMENT
 of the output's magnitude (a few bf16 roundings). A reference that cannot run at the probe's
-sizes makes the template decline the problem: the conservative answer.
+sizes makes the caller decline the problem: the conservative answer.
 """
 
 from __future__ import annotations
