@@ -1,4 +1,4 @@
-"""Time the library baselines (cuDNN SDPA, cuBLASLt, FlashInfer RMSNorm) of the bundled problems
+"""Time the library baselines (cuDNN SDPA, cuBLASLt, FlashInfer) of the bundled problems
 that map to one, and score the shipped solutions against them.
 
     python benchmarks/library_baselines_gpu.py [PROBLEM...] [-o OUT.json] [--device cuda|cpu]

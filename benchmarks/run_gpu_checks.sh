@@ -38,6 +38,12 @@
 #                        address contains a TEXT; a problem still running after
 #                        LIBRARY_LIMIT_S seconds, default 300, is stopped and recorded as
 #                        failed)
+#           flashinfer   FlashInfer for the libraries stage: installs the wheels of FI_WHEELS
+#                        (default .fi/, made beforehand by benchmarks/carry_flashinfer.sh and
+#                        carried) into FI_SITE (default /tmp/fi_site), then builds the modules its library
+#                        baselines call and installs them ahead of time, so sandboxed workers
+#                        load them (benchmarks/flashinfer_setup.py, about 40-60 s a module).
+#                        Later stages and calls on the machine find FlashInfer in FI_SITE.
 #           phases       one evaluation's phase table, cold then warm (benchmarks/eval_phases.py)
 #           ipc          CUDA IPC between uids (benchmarks/cuda_ipc_probe.py; run as root)
 #
@@ -208,7 +214,33 @@ stage_examples() {
     export_baselines
 }
 
+fi_site=${FI_SITE:-/tmp/fi_site}
+fi_wheels=${FI_WHEELS:-.fi}
+
+use_flashinfer() {  # FlashInfer from FI_SITE on the path of this script and its workers, if there
+    [ -d "$fi_site/flashinfer" ] || return 0
+    case ":$PYTHONPATH:" in *":$fi_site:"*) ;; *) export PYTHONPATH="$fi_site:$PYTHONPATH" ;; esac
+    export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
+    export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fi_ws}
+}
+
+stage_flashinfer() {
+    if [ ! -d "$fi_site/flashinfer" ]; then
+        if ! ls "$fi_wheels"/*.whl >/dev/null 2>&1; then
+            echo "no wheels in $fi_wheels: run benchmarks/carry_flashinfer.sh and carry them" \
+                | tee "$out/flashinfer.log"
+            return 0
+        fi
+        "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+            --target "$fi_site" "$fi_wheels"/*.whl 2>&1 | tee "$out/flashinfer.log"
+    fi
+    use_flashinfer
+    "$python" benchmarks/flashinfer_setup.py -o "$out/flashinfer-setup.json" 2>&1 \
+        | tee -a "$out/flashinfer.log"
+}
+
 stage_libraries() {
+    use_flashinfer
     seed_from_results h200-library-baselines.json "$out/library-baselines.json"
     import_baselines
     # shellcheck disable=SC2086
@@ -244,6 +276,7 @@ for stage in "${stages[@]}"; do
         gap) run_stage gap hgemm-gap-probe.json stage_gap ;;
         variants) run_stage variants variants.json stage_variants ;;
         examples) run_stage examples "" stage_examples ;;
+        flashinfer) run_stage flashinfer flashinfer-setup.json stage_flashinfer ;;
         libraries) run_stage libraries "" stage_libraries ;;
         phases) run_stage phases phases.json stage_phases ;;
         ipc) run_stage ipc ipc-probe.jsonl stage_ipc ;;

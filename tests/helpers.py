@@ -3,10 +3,12 @@ fixtures that compute only what the selected tests read (the quick subset select
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -15,6 +17,14 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 FIXTURES = TESTS / "fixtures"
 EXPLOITS = TESTS / "exploits"
+
+
+def benchmark_script(name: str) -> ModuleType:
+    """benchmarks/<name>.py as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
 
 
 def random_inputs(definition: dict[str, Any]) -> dict[str, dict[str, str]]:

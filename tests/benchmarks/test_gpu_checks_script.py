@@ -85,3 +85,36 @@ def test_a_long_stage_goes_on_from_the_committed_store_and_leaves_the_next_one(
     assert [i for i, c in enumerate(lines) if script in c] == [1], lines
     assert lines[0].startswith("-m solforge baselines import")
     assert lines[2].startswith("-m solforge baselines export")
+
+
+def _flashinfer_stage(tmp_path: Path, stage: str, site: Path) -> tuple[Path, list[str]]:
+    """Run a stage with a stand-in interpreter that logs each command line and the PYTHONPATH
+    it saw; no wheels to install (an empty FI_WHEELS)."""
+    python, calls = tmp_path / "python", tmp_path / "calls.txt"
+    python.write_text('#!/usr/bin/env bash\necho "$* PATH=$PYTHONPATH" >> "$CALLS"\n')
+    python.chmod(0o755)
+    (tmp_path / "wheels").mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls), "FI_SITE": str(site),
+           "FI_WHEELS": str(tmp_path / "wheels")}
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), stage], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return tmp_path / "out", calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_the_flashinfer_stage_without_wheels_says_how_to_get_them(tmp_path):
+    out, calls = _flashinfer_stage(tmp_path, "flashinfer", tmp_path / "site")
+    assert "carry_flashinfer.sh" in (out / "flashinfer.log").read_text()
+    assert calls == [] and not (out / "flashinfer-setup.json").exists()  # tried again next call
+
+
+def test_flashinfer_installed_on_the_machine_is_built_and_used_by_the_libraries(tmp_path):
+    site = tmp_path / "site"
+    (site / "flashinfer").mkdir(parents=True)
+    _, calls = _flashinfer_stage(tmp_path, "flashinfer", site)
+    (setup,) = [c for c in calls if "flashinfer_setup.py" in c]
+    assert f"-o {tmp_path / 'out' / 'flashinfer-setup.json'}" in setup
+    assert f"PATH={site}:" in setup  # found first, before the checkout's src/
+    _, calls = _flashinfer_stage(tmp_path, "libraries", site)
+    (judged,) = [c for c in calls if "library_baselines_gpu.py" in c]
+    assert f"PATH={site}:" in judged

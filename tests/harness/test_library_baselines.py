@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import os
 import shutil
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from harness_corpus import HONEST, PROBLEMS, short_limits
+from helpers import benchmark_script
 
 from solforge.data.solution import Solution, SourceFile, load_solution
 from solforge.data.trace import BaselineReport, Status
@@ -44,6 +44,9 @@ EVALUATE = importlib.import_module("solforge.harness.evaluate")  # the package e
     ("fib/rope_qwen3_8b", "flashinfer-rope"),  # NeoX halves
     ("fib/rope_deepseek_v3", "flashinfer-rope"),  # interleaved pairs, one key for all heads
     ("fib/top_k_renorm_probs_deepseek_v3", "flashinfer-top-k-renorm"),
+    ("fib/gqa_paged_decode_llama3_1_8b_ps1", "flashinfer-paged-decode"),
+    ("fib/gqa_paged_decode_llama3_1_70b_ps64", "flashinfer-paged-decode"),
+    ("fib/top_p_sampling_qwen3_8b", None),  # the uniform is an input: FlashInfer draws its own
     ("l1/rope_cos_sin_cache_qwen3_32b", None),  # a bfloat16 cache: FlashInfer takes float32
     ("l1/rope_llama3_1_8b", None),  # no cache: angles from the positions
     ("l1/softmax_llama3_1_8b_vocab", None),
@@ -105,11 +108,54 @@ def _fake_flashinfer(monkeypatch) -> None:
     module = types.ModuleType("flashinfer")
     module.rope = types.SimpleNamespace(apply_rope_with_cos_sin_cache=apply_rope_with_cos_sin_cache)
     module.sampling = types.SimpleNamespace(top_k_renorm_probs=top_k_renorm_probs)
+    module.BatchDecodeWithPagedKVCacheWrapper = _PagedDecodeWrapper
     monkeypatch.setitem(sys.modules, "flashinfer", module)
 
 
+class _PagedDecodeWrapper:
+    """BatchDecodeWithPagedKVCacheWrapper's documented semantics: `plan` takes the page table
+    and sizes, `run` attends each sequence's query to its tokens (SDPA over a token list built
+    index by index, not the recogniser's model). Counts its plans."""
+
+    plans = 0
+
+    def __init__(self, workspace, kv_layout="NHD", use_tensor_cores=False):
+        assert workspace.dtype == torch.uint8 and not workspace.any()  # zeroed for first use
+        self.layout = kv_layout
+
+    def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
+             page_size, *, q_data_type, kv_data_type, sm_scale):
+        type(self).plans += 1
+        self.table = (indptr.tolist(), indices.tolist(), last_page_len.tolist())
+        self.sizes = (num_qo_heads, num_kv_heads, head_dim, page_size, sm_scale)
+
+    def run(self, q, paged_kv_cache):
+        indptr, indices, last = self.table
+        heads, kv_heads, dim, page_size, scale = self.sizes
+        k_cache, v_cache = paged_kv_cache
+        assert q.shape[1:] == (heads, dim) and k_cache.shape[3] == dim
+        out = torch.empty_like(q)
+        for b in range(q.shape[0]):
+            pages = indices[indptr[b]:indptr[b + 1]]
+            slots = [(p, t) for p in pages for t in range(page_size)]
+            slots = slots[:len(slots) - page_size + last[b]]
+            k = torch.stack([self.token(k_cache, p, t) for p, t in slots], dim=1).float()
+            v = torch.stack([self.token(v_cache, p, t) for p, t in slots], dim=1).float()
+            attended = torch.nn.functional.scaled_dot_product_attention(
+                q[b].float()[:, None], k.repeat_interleave(heads // kv_heads, 0),
+                v.repeat_interleave(heads // kv_heads, 0), scale=scale)
+            out[b] = attended[:, 0].to(q.dtype)
+        return out
+
+    def token(self, cache, page, slot):
+        """[kv_heads, head_dim] of one token."""
+        return cache[page, slot] if self.layout == "NHD" else cache[page, :, slot]
+
+
 @pytest.mark.parametrize("address", ["fib/rope_qwen3_8b", "fib/rope_deepseek_v3",
-                                     "fib/top_k_renorm_probs_deepseek_v3"])
+                                     "fib/top_k_renorm_probs_deepseek_v3",
+                                     "fib/gqa_paged_decode_llama3_1_8b_ps1",
+                                     "fib/gqa_paged_decode_qwen3_30b_a3b_ps64"])
 def test_flashinfer_baselines_compute_what_the_reference_computes(address, monkeypatch):
     """Through a FlashInfer with the documented semantics, each baseline's code gives the
     reference's outputs on the smallest workload: the rotation layout the probe read off the
@@ -124,6 +170,20 @@ def test_flashinfer_baselines_compute_what_the_reference_computes(address, monke
     for out, expected in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want))):
         assert out.shape == expected.shape
         torch.testing.assert_close(out.float(), expected.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_paged_decode_plans_on_every_call(monkeypatch):
+    """The harness gives each timed call new inputs: a plan kept from an earlier page table
+    would attend over the wrong tokens, so the baseline plans every call (the wrapper and its
+    workspace are what it keeps)."""
+    _fake_flashinfer(monkeypatch)
+    address = "fib/gqa_paged_decode_llama3_1_8b_ps16"
+    problem = open_problem(address)
+    function = _namespace(address)[ENTRY]
+    before = _PagedDecodeWrapper.plans
+    for _ in range(3):
+        function(*make_inputs(problem, problem.smallest_workload()).values())
+    assert _PagedDecodeWrapper.plans - before == 3
 
 
 def test_a_rope_that_matches_neither_rotation_gets_no_baseline():
@@ -180,10 +240,7 @@ def test_library_script_cpu_mode_records_why_a_library_cannot_run(tmp_path):
 def test_library_script_on_a_gpu_leaves_a_missing_library_for_later(monkeypatch):
     """On the GPU a library that is not installed is no measurement: the problem stays left
     (an H200 without FlashInfer once recorded four COMPILE_ERRORs as RMSNorm's baselines)."""
-    spec = importlib.util.spec_from_file_location(
-        "library_baselines_gpu", REPO / "benchmarks" / "library_baselines_gpu.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = benchmark_script("library_baselines_gpu")
     monkeypatch.setattr(script, "missing_library", lambda solution: "flashinfer is missing")
     monkeypatch.setattr(script, "evaluate", lambda *a: pytest.fail("evaluated anyway"))
     with pytest.raises(script.LibraryMissing, match="flashinfer is missing"):
@@ -286,10 +343,7 @@ def test_library_script_judges_again_the_problems_it_is_told(tmp_path, monkeypat
     """`--again TEXT` re-judges the recorded problems whose address has TEXT (FlashInfer's
     RMSNorms, recorded as RUNTIME_ERROR before the sandbox gave it its own workspace); the
     others stay as recorded."""
-    spec = importlib.util.spec_from_file_location(
-        "library_baselines_gpu", REPO / "benchmarks" / "library_baselines_gpu.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = benchmark_script("library_baselines_gpu")
     out = tmp_path / "lib.json"
     old = [{"problem": p, "library": "x", "workloads": {"w": {"status": "RUNTIME_ERROR"}}}
            for p in ("l1/rmsnorm_llama3_1_8b", "l1/hgemm_fp16")]
@@ -314,10 +368,7 @@ def test_library_script_starts_no_problem_that_cannot_end_before_its_deadline(tm
     """A call killed in the middle of a problem loses it and the baselines it timed (an H200
     call lost a cuDNN block that way): the next problem starts only if one as long as the
     longest so far still ends before the deadline."""
-    spec = importlib.util.spec_from_file_location(
-        "library_baselines_gpu", REPO / "benchmarks" / "library_baselines_gpu.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = benchmark_script("library_baselines_gpu")
     now = [0.0]
     monkeypatch.setattr(script.time, "monotonic", lambda: now[0])
     judged = []
@@ -335,11 +386,7 @@ def test_library_script_starts_no_problem_that_cannot_end_before_its_deadline(tm
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location(
-        "library_baselines_gpu", REPO / "benchmarks" / "library_baselines_gpu.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+    return benchmark_script("library_baselines_gpu")
 
 
 def test_a_problem_past_its_limit_is_stopped_with_its_processes():

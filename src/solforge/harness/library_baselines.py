@@ -17,7 +17,16 @@ Which library fits is read from the definition, never from its name alone:
   runs on a few CPU tokens, and its outputs are compared with both rotations); a reference
   that matches neither, a partial rotation say, gets no baseline;
 - `flashinfer-top-k-renorm`: top-k renormalisation of a probability table (a 2-D float32
-  table, a scalar k) through `flashinfer.sampling.top_k_renorm_probs`.
+  table, a scalar k) through `flashinfer.sampling.top_k_renorm_probs`;
+- `flashinfer-paged-decode`: batched decode attention over a paged KV cache (recognised by
+  problem/paged_decode.py, layout included) through `BatchDecodeWithPagedKVCacheWrapper`: `plan`
+  (the page table copied to the host, the split-KV schedule) and `run` on every call. The harness
+  gives every timed call new inputs, as a new decode step would, so nothing planned can be
+  reused; a server plans once per step for all its layers, so on small batches this time is an
+  upper bound of FlashInfer's per-layer cost. Tensor cores for 4 or more query heads per KV
+  head (FlashInfer's advice for large GQA groups), CUDA cores below.
+FlashInfer's samplers are not baselines: they draw their own random numbers, and the sampling
+problems take theirs as an input so that a sample can be checked.
 The score against it is the SOL score with T_b = the library's time:
 S_lib = (T_lib - T_SOL) / ((T_k - T_SOL) + (T_lib - T_SOL)).
 """
@@ -30,6 +39,7 @@ import torch
 
 from solforge.data.definition import Definition
 from solforge.data.solution import Solution, SourceFile
+from solforge.problem.paged_decode import recognise_paged_decode
 from solforge.problem.rope import RopeRoles, recognise_rope
 from solforge.score import sol_score
 
@@ -46,7 +56,7 @@ class LibraryBaseline:
 def library_baseline(definition: Definition) -> LibraryBaseline | None:
     """The library baseline that fits this definition, or None."""
     for match in (_cudnn_sdpa, _cublaslt, _flashinfer_rmsnorm, _flashinfer_rope,
-                  _flashinfer_top_k_renorm):
+                  _flashinfer_top_k_renorm, _flashinfer_paged_decode):
         found = match(definition)
         if found is not None:
             return found
@@ -171,4 +181,39 @@ def _flashinfer_top_k_renorm(definition: Definition) -> LibraryBaseline | None:
               f"    return flashinfer.sampling.top_k_renorm_probs({probs}, {top_k})\n")
     return LibraryBaseline("flashinfer-top-k-renorm", "flashinfer-python",
                            _solution(definition, "flashinfer-top-k-renorm", source,
+                                     ["flashinfer"]))
+
+
+WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended float workspace for split-KV
+TENSOR_CORE_GROUP = 4  # query heads per KV head from which the tensor-core decode kernel is used
+
+
+def _flashinfer_paged_decode(definition: Definition) -> LibraryBaseline | None:
+    roles = recognise_paged_decode(definition)
+    if roles is None:
+        return None
+    q, k, v = roles.q, roles.k_cache, roles.v_cache
+    page_dim = 3 - roles.kv_heads_dim
+    source = ("import flashinfer\nimport torch\n\n_WRAPPERS = {}\n\n\n"
+              "def _wrapper(device, use_tensor_cores):\n"
+              '    """One wrapper per device: its workspace and host buffers are made once."""\n'
+              "    key = (device, use_tensor_cores)\n"
+              "    if key not in _WRAPPERS:\n"
+              f"        workspace = torch.zeros({WORKSPACE_BYTES}, dtype=torch.uint8, "
+              "device=device)\n"
+              "        _WRAPPERS[key] = flashinfer.BatchDecodeWithPagedKVCacheWrapper(\n"
+              f'            workspace, "{roles.layout}", use_tensor_cores=use_tensor_cores)\n'
+              "    return _WRAPPERS[key]\n\n\n"
+              f"def {ENTRY}({', '.join(definition.inputs)}):\n"
+              '    """FlashInfer\'s paged decode: the page table planned, then run."""\n'
+              f"    heads, kv_heads = {q}.shape[1], {k}.shape[{roles.kv_heads_dim}]\n"
+              f"    wrapper = _wrapper({q}.device, heads // kv_heads >= {TENSOR_CORE_GROUP})\n"
+              f"    wrapper.plan({roles.indptr}, {roles.indices}, {roles.last_page_len}, heads, "
+              f"kv_heads, {q}.shape[2],\n"
+              f"                 {k}.shape[{page_dim}], q_data_type={q}.dtype, "
+              f"kv_data_type={k}.dtype,\n"
+              f"                 sm_scale=float({roles.sm_scale}))\n"
+              f"    return wrapper.run({q}, ({k}, {v}))\n")
+    return LibraryBaseline("flashinfer-paged-decode", "flashinfer-python",
+                           _solution(definition, "flashinfer-paged-decode", source,
                                      ["flashinfer"]))

@@ -1,0 +1,107 @@
+"""Build FlashInfer's modules for the library baselines once, and install them ahead of time.
+
+FlashInfer compiles a module (norm, RoPE, sampling, paged decode, ...) the first time it is
+called, 40 s or more each on the H200, into a workspace. A judged solution runs in a sandboxed
+worker with a workspace of its own, which starts empty: every worker would build again, inside
+its time limit. So this script, run once per machine after FlashInfer is installed, calls every
+FlashInfer library baseline of the bundled problems once on its problem's smallest workload, in
+this process (our own generated code, not a candidate's), and copies each module it built into
+FlashInfer's ahead-of-time folder (`flashinfer/data/aot/<module>/<module>.so`), which every
+process, sandboxed or not, loads before it would build.
+
+    python benchmarks/flashinfer_setup.py [PROBLEM...] [-o OUT.json]
+
+Writes what was built, how long each first call took, each baseline's error if it failed, and
+the modules installed. Needs a CUDA GPU and FlashInfer; nothing is built on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from script_common import log, recorded_environment  # noqa: E402
+
+from solforge.harness.library_baselines import ENTRY, library_baseline  # noqa: E402
+from solforge.problem import make_inputs  # noqa: E402
+from solforge.problem.suite import address_of, bundled_problem_dirs, open_problem  # noqa: E402
+
+
+def flashinfer_problems() -> list[str]:
+    """Bundled problems whose library baseline calls FlashInfer."""
+    found = []
+    for folder in bundled_problem_dirs():
+        baseline = library_baseline(open_problem(address_of(folder)).definition)
+        if baseline is not None and baseline.library == "flashinfer-python":
+            found.append(address_of(folder))
+    return found
+
+
+def first_call(address: str) -> dict[str, Any]:
+    """One call of the problem's FlashInfer baseline on its smallest workload: its JIT build."""
+    problem = open_problem(address)
+    baseline = library_baseline(problem.definition)
+    namespace: dict[str, Any] = {}
+    exec(compile(baseline.solution.sources[0].content, f"<{baseline.name}>", "exec"), namespace)
+    inputs = make_inputs(problem, problem.smallest_workload(), "cuda")
+    began = time.perf_counter()
+    try:
+        namespace[ENTRY](*inputs.values())
+        torch.cuda.synchronize()
+    except Exception as exc:  # recorded: the libraries stage will judge it failed as well
+        return {"baseline": baseline.name, "error": f"{type(exc).__name__}: {exc}"[:500]}
+    return {"baseline": baseline.name, "first_call_s": round(time.perf_counter() - began, 2)}
+
+
+def install_ahead_of_time() -> list[str]:
+    """Copy every module FlashInfer built in its JIT folder into its AOT folder."""
+    from flashinfer.jit import env as jit_env
+
+    installed = []
+    for built in sorted(Path(jit_env.FLASHINFER_JIT_DIR).glob("*/*.so")):
+        name = built.parent.name
+        if built.name != f"{name}.so":
+            continue
+        target = Path(jit_env.FLASHINFER_AOT_DIR) / name / built.name
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(built, target)
+        installed.append(name)
+    return installed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("problems", nargs="*", help="tier/name (default: every FlashInfer one)")
+    parser.add_argument("-o", "--out", type=Path, default=Path("flashinfer-setup.json"))
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        log("no CUDA GPU: FlashInfer builds nothing here")
+        return 2
+    import flashinfer
+
+    record: dict[str, Any] = {"flashinfer": flashinfer.__version__,
+                              "environment": recorded_environment("cuda"), "problems": {}}
+    for address in args.problems or flashinfer_problems():
+        log(f"{address}: first call")
+        record["problems"][address] = result = first_call(address)
+        log(f"{address}: {result}")
+    record["installed_ahead_of_time"] = install_ahead_of_time()
+    log(f"installed ahead of time: {', '.join(record['installed_ahead_of_time']) or 'none'}")
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    return 1 if any("error" in r for r in record["problems"].values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
