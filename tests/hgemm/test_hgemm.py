@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 from solforge.hgemm import dispatch, kernels, measure
 from solforge.hgemm.baselines import NVMATH_MISSING, Baseline, make_baselines, release
@@ -681,6 +682,32 @@ def test_the_gap_probe_times_the_same_call_with_and_without_a_host_delay(tmp_pat
         # on the host the spin is inside the timed call: each delayed call takes its delay
         for delay in (10, 30, 100):
             assert found["median_us"][f"torch_after_{delay}us"] >= delay
+
+
+def test_the_launch_settings_are_made_once_per_config_and_grids_count_as_before():
+    """The hot path's host work: a config's settings merged once (the same dict each call,
+    its variant's fixed settings included), and the host ceiling division triton.cdiv's."""
+    from solforge.hgemm.kernels import settings
+    from solforge.hgemm.kernels.blocks import ceil_div
+
+    config = Config.of("persistent", BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8,
+                       NUM_STAGES=2, NUM_WARPS=4, ACC_FP16=0)
+    assert settings(config) is settings(config)
+    assert settings(config)["PERSISTENT"] == 1 and settings(config)["BLOCK_M"] == 64
+    assert all(ceil_div(a, b) == triton.cdiv(a, b) for a in range(1, 300) for b in (1, 7, 64))
+
+
+def test_the_launch_host_script_times_every_variant(tmp_path):
+    """benchmarks/hgemm_launch_host.py (in its own process: it stubs the kernels)."""
+    out = tmp_path / "launch.json"
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] /
+                                                "benchmarks" / "hgemm_launch_host.py"),
+                           "--calls", "20", "-o", str(out)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(out.read_text())["launch_us"]
+    assert set(found) == {"tiled", "persistent", "tma", "tma_persistent", "splitk", "gemv"}
+    assert all(value > 0 for value in found.values())
 
 
 # -- on the GPU --------------------------------------------------------------------------------

@@ -26,7 +26,6 @@ capture runs torch.matmul and is verified at its first eager call. Inference onl
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ from pathlib import Path
 import torch
 
 from solforge.hgemm import kernels
-from solforge.hgemm.measure import CudaMeasurer
+from solforge.hgemm.measure import CudaMeasurer, host_us_per_call
 from solforge.hgemm.retrieve import Retriever
 from solforge.hgemm.space import Config, Shape, layout_of
 from solforge.hgemm.table import Table, default_table_path, load_table
@@ -229,21 +228,14 @@ def host_overhead(a: torch.Tensor, b: torch.Tensor, calls: int = 2000,
                   accumulate: str = "fp32") -> HostOverhead:
     """The dispatcher's host cost at this call signature (CPU tensors: the fallback path; CUDA
     tensors: launches are asynchronous, so this is host time as long as the GPU keeps up, as it
-    does for small products). Each figure is the best of three runs of `calls` calls."""
+    does for small products). Each figure is the best of three runs of `calls` calls, after an
+    untimed one."""
     out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
     dispatcher = active()
     dispatcher.route(a, b, accumulate)  # warm: the first call decides and caches
 
     def per_call_us(call: Callable[[], object]) -> float:
-        best = float("inf")
-        for _ in range(3):
-            began = time.perf_counter()
-            for _ in range(calls):
-                call()
-            best = min(best, (time.perf_counter() - began) / calls * 1e6)
-            if a.is_cuda:
-                torch.cuda.synchronize(a.device)
-        return best
+        return host_us_per_call(call, calls, device=a.device)
 
     return HostOverhead(per_call_us(lambda: dispatcher.route(a, b, accumulate)),
                         per_call_us(lambda: matmul(a, b, accumulate, out=out)),

@@ -149,6 +149,23 @@ def balanced_rounds(count: int) -> list[list[int]]:
     return rows + [row[::-1] for row in rows] if count % 2 else rows
 
 
+def host_us_per_call(call: Callable[[], object], calls: int, runs: int = 3,
+                     device: torch.device | None = None) -> float:
+    """Host microseconds per call: the best of `runs` runs of `calls` calls, after one untimed
+    run. With a CUDA `device`, its queue is drained after each run (launches are asynchronous,
+    so this is host time as long as the GPU keeps up)."""
+    best = float("inf")
+    for run in range(runs + 1):
+        began = time.perf_counter()
+        for _ in range(calls):
+            call()
+        if run:
+            best = min(best, (time.perf_counter() - began) / calls * 1e6)
+        if device is not None and device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return best
+
+
 def _poisson_gaps(mean_s: float, seed: int) -> Callable[[int], None]:
     rng = random.Random(seed)
 

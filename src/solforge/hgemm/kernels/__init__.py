@@ -17,6 +17,7 @@ and their checks live in space.py.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -50,8 +51,14 @@ VARIANTS = {
 
 def launch(config: Config, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
     """out = a @ b with the kernel and settings of `config`."""
-    variant = VARIANTS[config.kernel]
-    variant.launcher({**config.as_dict(), **variant.fixed}, a, b, out)
+    VARIANTS[config.kernel].launcher(settings(config), a, b, out)
+
+
+@functools.lru_cache(maxsize=4096)
+def settings(config: Config) -> dict[str, int]:
+    """The launcher's settings of `config` (its own and its variant's), made once per config:
+    the dispatcher's hot path launches the same few configs over and over. Read only."""
+    return {**config.as_dict(), **VARIANTS[config.kernel].fixed}
 
 
 def run(config: Config, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

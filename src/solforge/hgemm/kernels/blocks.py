@@ -16,6 +16,8 @@ bf16 products are exact in float32, only the order of the float32 sums differs. 
 GPU, WIDEN is off.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -24,6 +26,19 @@ import triton.language as tl
 def widen(a: torch.Tensor) -> bool:
     """Whether the interpreter needs bf16 operands widened (see the module docstring)."""
     return bool(triton.knobs.runtime.interpret) and a.dtype == torch.bfloat16
+
+
+def ceil_div(a: int, b: int) -> int:
+    """ceil(a / b) for positive integers, on the host. triton.cdiv is a constexpr function whose
+    every call costs about 2 us of Python, and a launch here needed two to six of them."""
+    return -(-a // b)
+
+
+@functools.cache
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device, asked once (persistent grids read it on
+    every launch)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def even_k(k: int, block_k: int) -> bool:
@@ -93,6 +108,6 @@ SUM_BLOCK = 1024  # elements per program of the split sum: 4 KiB of each partial
 def sum_splits(partials: torch.Tensor, out: torch.Tensor) -> None:
     """out = partials.sum(0), rounded once to out's dtype (one launch)."""
     splits, m, n = partials.shape
-    grid = (triton.cdiv(m * n, SUM_BLOCK),)
+    grid = (ceil_div(m * n, SUM_BLOCK),)
     _sum_splits[grid](partials, out, m, n, splits, out.stride(0), out.stride(1),
                       BLOCK=SUM_BLOCK, num_warps=4)

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from solforge.hgemm.kernels.blocks import even_k, sum_splits
+from solforge.hgemm.kernels.blocks import ceil_div, even_k, sum_splits
 from solforge.hgemm.kernels.splitk import k_per_split
 from solforge.hgemm.space import layout_of
 
@@ -69,13 +69,13 @@ def launch(params: dict[str, int], a: torch.Tensor, b: torch.Tensor, out: torch.
     n = b.shape[1]
     bn, bk = params["BLOCK_N"], params["BLOCK_K"]
     share = k_per_split(k, bk, params["SPLIT_K"])
-    splits = triton.cdiv(k, share)
+    splits = ceil_div(k, share)
     if splits == 1:
         dst, split_stride = out, 0
     else:
         dst = torch.empty((splits, m, n), dtype=torch.float32, device=a.device)
         split_stride = m * n
-    grid = (triton.cdiv(n, bn), splits)
+    grid = (ceil_div(n, bn), splits)
     _gemv[grid](a, b, dst, m, n, k, share, split_stride, a.stride(0), a.stride(1), b.stride(0),
                 b.stride(1), dst.stride(-2), dst.stride(-1), B_KMAJOR=layout_of(b) == "nt",
                 EVEN_K=even_k(k, bk), BLOCK_M=params["BLOCK_M"], BLOCK_N=bn, BLOCK_K=bk,

@@ -14,6 +14,7 @@ import triton.language as tl
 
 from solforge.hgemm.kernels.blocks import (
     accumulate,
+    ceil_div,
     even_k,
     store_tile,
     sum_splits,
@@ -41,7 +42,7 @@ def _partials(a_ptr, b_ptr, partials_ptr, M, N, K, k_per_split, stride_am, strid
 
 def k_per_split(k: int, block_k: int, splits: int) -> int:
     """Each split's share of K, a whole number of BLOCK_K slices (the last split may be short)."""
-    return triton.cdiv(triton.cdiv(k, block_k), splits) * block_k
+    return ceil_div(ceil_div(k, block_k), splits) * block_k
 
 
 def launch(params: dict[str, int], a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
@@ -50,9 +51,9 @@ def launch(params: dict[str, int], a: torch.Tensor, b: torch.Tensor, out: torch.
     bm, bn, bk, splits = (params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"],
                           params["SPLIT_K"])
     share = k_per_split(k, bk, splits)
-    splits = triton.cdiv(k, share)  # no empty split when K is short
+    splits = ceil_div(k, share)  # no empty split when K is short
     partials = torch.empty((splits, m, n), dtype=torch.float32, device=a.device)
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), splits)
+    grid = (ceil_div(m, bm) * ceil_div(n, bn), splits)
     _partials[grid](a, b, partials, m, n, k, share, a.stride(0), a.stride(1), b.stride(0),
                     b.stride(1), EVEN_K=even_k(k, bk), ACC_FP16=bool(params["ACC_FP16"]),
                     WIDEN=widen(a), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=params["GROUP_M"],

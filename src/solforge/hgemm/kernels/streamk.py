@@ -18,6 +18,7 @@ import triton.language as tl
 
 from solforge.hgemm.kernels.blocks import (
     accumulate,
+    ceil_div,
     even_k,
     store_tile,
     widen,
@@ -84,10 +85,10 @@ def launch(params: dict[str, int], a: torch.Tensor, b: torch.Tensor, out: torch.
     m, k = a.shape
     n = b.shape[1]
     bm, bn, bk, gm = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"], params["GROUP_M"]
-    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    iterations = tiles * triton.cdiv(k, bk)
+    tiles = ceil_div(m, bm) * ceil_div(n, bn)
+    iterations = tiles * ceil_div(k, bk)
     programs = min(persistent_programs(iterations, a.device), iterations)
-    share = triton.cdiv(iterations, programs)
+    share = ceil_div(iterations, programs)
     partials = torch.empty((programs, 2, bm, bn), dtype=torch.float32, device=a.device)
     _stream[(programs,)](a, b, out, partials, m, n, k, share, a.stride(0), a.stride(1),
                          b.stride(0), b.stride(1), out.stride(0), out.stride(1),

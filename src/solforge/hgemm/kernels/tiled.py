@@ -14,7 +14,9 @@ import triton.language as tl
 
 from solforge.hgemm.kernels.blocks import (
     accumulate,
+    ceil_div,
     even_k,
+    sm_count,
     store_tile,
     widen,
 )
@@ -56,14 +58,14 @@ def _tiled(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride
 def persistent_programs(tiles: int, device: torch.device) -> int:
     """One program per SM (at most one per tile); a few in the interpreter."""
     if device.type == "cuda":
-        return min(tiles, torch.cuda.get_device_properties(device).multi_processor_count)
+        return min(tiles, sm_count(device))
     return min(tiles, CPU_PROGRAMS)
 
 
 def launch(params: dict[str, int], a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
     m, k = a.shape
     n = b.shape[1]
-    tiles = triton.cdiv(m, params["BLOCK_M"]) * triton.cdiv(n, params["BLOCK_N"])
+    tiles = ceil_div(m, params["BLOCK_M"]) * ceil_div(n, params["BLOCK_N"])
     persistent = bool(params["PERSISTENT"])
     grid = (persistent_programs(tiles, a.device) if persistent else tiles,)
     _tiled[grid](a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),

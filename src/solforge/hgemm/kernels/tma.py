@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from solforge.hgemm.kernels.blocks import widen
+from solforge.hgemm.kernels.blocks import ceil_div, widen
 from solforge.hgemm.kernels.tiled import persistent_programs
 from solforge.hgemm.space import layout_of
 from solforge.tiling import tile_coordinates
@@ -65,7 +65,7 @@ def launch(params: dict[str, int], a: torch.Tensor, b: torch.Tensor, out: torch.
     a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
     b_desc = TensorDescriptor.from_tensor(b.T if k_major else b, [bn, bk] if k_major else [bk, bn])
     c_desc = TensorDescriptor.from_tensor(out, [bm, bn])
-    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    tiles = ceil_div(m, bm) * ceil_div(n, bn)
     persistent = bool(params["PERSISTENT"])
     grid = (persistent_programs(tiles, a.device) if persistent else tiles,)
     _tma[grid](a_desc, b_desc, c_desc, m, n, k, PERSISTENT=persistent, B_KMAJOR=k_major,
