@@ -543,7 +543,8 @@ def test_the_operator_works_under_torch_compile_through_its_fake():
 def row(shape: Shape, dispatch_ms: float, torch_ms: float) -> BenchRow:
     timings = {"kernel": {"dispatch": dispatch_ms, "torch": torch_ms,
                           "cublaslt_autotuned": torch_ms},
-               "graph": {"dispatch": dispatch_ms, "torch": torch_ms}}
+               "graph": {"dispatch": dispatch_ms, "torch": torch_ms},
+               "events": {"dispatch": dispatch_ms, "torch": torch_ms}}
     return BenchRow(shape, "x", {"dispatch": 1e-4, "torch": 1e-4},
                     {"offline": timings, "server": timings})
 
@@ -623,8 +624,9 @@ def test_losses_are_also_counted_where_a_tuned_kernel_ran_and_identical_kernels_
                           ("in CUDA graphs: torch.matmul",))  # eager tuned, graphs not
     summary = summarize_bench([same_kernel, tuned_loss], Table())
     goal = summary["goal"]
-    assert goal["slower_beyond_noise"]["offline"] == {"kernel": 2, "graph": 2}
-    assert goal["tuned_shapes_slower_beyond_noise"]["offline"] == {"kernel": 1, "graph": 0}
+    assert goal["slower_beyond_noise"]["offline"] == {"kernel": 2, "graph": 2, "events": 2}
+    assert goal["tuned_shapes_slower_beyond_noise"]["offline"] == {"kernel": 1, "graph": 0,
+                                                                   "events": 1}
     scatter = summary["identical_kernel_scatter"]["offline"]
     assert scatter["kernel"]["shapes"] == 1 and scatter["graph"]["shapes"] == 2
     assert scatter["kernel"]["median"] == pytest.approx(1 - 1.0 / 1.04)
@@ -659,6 +661,35 @@ def test_a_timing_the_tuned_kernel_lost_beyond_noise_goes_to_torch_matmul():
     assert "graph: torch.matmul" in demoted.notes[-1] and "offline 0.862x" in demoted.notes[-1]
     table.add(demoted)
     assert demotions(rows, table) == []  # its row timed the old choice: benchmarked again
+
+
+def test_an_eager_kernel_that_loses_end_to_end_goes_to_torch_matmul():
+    """A tuned kernel faster on the GPU but slower with its host launch cost (events: one call
+    between two synchronizes) loses eager calls to torch.matmul; graph replays, which have no
+    per-kernel host cost, keep it."""
+    shape = Shape(1, 4096, 4096, "bfloat16", "nt")
+    table = Table()
+    table.add(TableEntry(shape, shortlist(shape)[0], True, {"torch": MethodTimes(1.0, 1.0)},
+                         use_in_graph=True))
+    label = table.get(shape).best.label
+    times = {"kernel": {"dispatch": 0.010, "torch": 0.0128},
+             "graph": {"dispatch": 0.011, "torch": 0.0128},
+             "events": {"dispatch": 0.071, "torch": 0.049}}  # 55 us of host against 30
+    row_ = BenchRow(shape, label, {}, {"offline": times, "server": times},
+                    (f"in CUDA graphs: {label}",))
+    [demoted] = demotions([row_], table)
+    assert not demoted.use_kernel and demoted.use_in_graph
+    assert "events: torch.matmul" in demoted.notes[-1]
+
+
+def test_the_tuner_keeps_eager_calls_on_torch_where_the_host_loses_what_the_gpu_won():
+    torch_times = MethodTimes(1.0, 1.0, server_kernel_ms=1.0, server_graph_ms=1.0,
+                              server_events_ms=1.03)
+    host_bound = MethodTimes(0.9, 0.9, server_kernel_ms=0.9, server_graph_ms=0.9,
+                             server_events_ms=1.06)
+    assert mode_choices(host_bound, torch_times, 0.02) == (False, True)
+    hidden = replace(host_bound, server_events_ms=0.93)
+    assert mode_choices(hidden, torch_times, 0.02) == (True, True)
 
 
 def test_the_gap_probe_times_the_same_call_with_and_without_a_host_delay(tmp_path):
@@ -1005,10 +1036,13 @@ def test_a_shape_where_cublas_is_at_the_roofline_is_not_searched(tmp_path):
 
 
 def test_each_mode_uses_the_kernel_only_where_it_won_beyond_noise_in_that_mode():
-    torch_times = MethodTimes(1.0, 1.0, server_kernel_ms=1.0, server_graph_ms=1.0)
-    graph_loses = MethodTimes(0.9, 1.01, server_kernel_ms=0.9, server_graph_ms=0.9)
+    torch_times = MethodTimes(1.0, 1.0, server_kernel_ms=1.0, server_graph_ms=1.0,
+                              server_events_ms=1.0)
+    graph_loses = MethodTimes(0.9, 1.01, server_kernel_ms=0.9, server_graph_ms=0.9,
+                              server_events_ms=0.9)
     assert mode_choices(graph_loses, torch_times, 0.02) == (True, False)
-    server_loses = MethodTimes(0.9, 0.9, server_kernel_ms=0.99, server_graph_ms=0.9)
+    server_loses = MethodTimes(0.9, 0.9, server_kernel_ms=0.99, server_graph_ms=0.9,
+                               server_events_ms=0.9)
     assert mode_choices(server_loses, torch_times, 0.02) == (False, True)
     unmeasured = MethodTimes(0.9, 0.9)
     assert mode_choices(unmeasured, torch_times, 0.02) == (False, False)

@@ -6,9 +6,11 @@ product; then all four methods interleaved in the same timing runs, in
 - offline mode: calls back to back (each still on a cold L2), and
 - server mode: calls spaced by exponential gaps (Poisson arrivals, mean `server_gap_ms`), the
   GPU idle in between as behind a server (CUDA-L2's second mode);
-each timed kernel-only (profiler kernel records: no host launch cost) and by CUDA-graph
-replay. CUDA-L2 timed one call between two host synchronizes,
-launch overhead included; neither time here includes it.
+each timed kernel-only (profiler kernel records: no host launch cost), by CUDA-graph replay,
+and end to end ("events": one call between two host synchronizes, its host launch cost
+included, as CUDA-L2 timed). The last is where a Triton launch, tens of microseconds more host
+work than torch.matmul's, can lose what its kernel won: eager calls that lose there go back to
+torch.matmul (`demotions`).
 
 "Slower beyond noise" compares the dispatcher with each library shape by shape: a ratio under
 1 - max(noise, band), where band is twice the standard error of the difference of the two
@@ -60,7 +62,7 @@ from solforge.measure.timing import Timing
 
 METHODS = ("dispatch", *BASELINES)
 MODES = ("offline", "server")
-TIMINGS = ("kernel", "graph")
+TIMINGS = ("kernel", "graph", "events")
 GOAL_GEOMEAN = 1.10
 LARGE_CUBES = tuple(size for size in GRID_SIZES if size >= 8192)
 _GRAPH_NOTE = "in CUDA graphs: "  # the row's note naming the dispatcher's choice under capture
@@ -274,9 +276,10 @@ def demotions(rows: Sequence[BenchRow], table: Table, noise: float = 0.02
     """Table entries to append where the benchmark found the tuned kernel slower than
     torch.matmul beyond noise (the summary's own test: `tuned_shapes_slower_beyond_noise`) in a
     timing it is used for, offline or server: that timing goes to torch.matmul ("never
-    slower"; kernel-only decides eager calls, `use_kernel`, graph decides captures,
-    `use_in_graph`). Only rows that timed the table's present choices count; the row of a
-    demoted shape is stale from then on, and the next benchmark times it again."""
+    slower"; kernel-only and end-to-end (events) decide eager calls, `use_kernel`, graph
+    decides captures, `use_in_graph`). Only rows that timed the table's present choices
+    count; the row of a demoted shape is stale from then on, and the next benchmark times it
+    again."""
     found = []
     for row in rows:
         entry = table.get(row.shape)
@@ -290,7 +293,8 @@ def demotions(rows: Sequence[BenchRow], table: Table, noise: float = 0.02
             continue
         note = "; ".join(f"{timing}: torch.matmul, the tuned kernel {', '.join(losses)} of "
                          "its speed in the benchmark" for timing, losses in lost.items())
-        found.append(replace(entry, use_kernel=entry.use_kernel and "kernel" not in lost,
+        eager_lost = "kernel" in lost or "events" in lost
+        found.append(replace(entry, use_kernel=entry.use_kernel and not eager_lost,
                              use_in_graph=entry.use_in_graph and "graph" not in lost,
                              notes=(*entry.notes, f"demoted after benchmarking ({note})")))
     return found
@@ -393,6 +397,7 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02,
         "dispatch_speedup": against,
         "dispatch_vs_torch_by_set": by_set["kernel"],
         "dispatch_vs_torch_by_set_graph": by_set["graph"],
+        "dispatch_vs_torch_by_set_events": by_set["events"],
         "tuned_vs_cublaslt_autotuned": versus_lt,
         "large_cubes": _large_cubes(rows, table),
         "decode_hbm_fraction": decode,
@@ -406,6 +411,7 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02,
             "grid_geomean_offline_graph": by_set["graph"]["grid"]["geomean"],
             "geomean_offline_kernel": offline.get("kernel", {}).get("geomean"),
             "geomean_offline_graph": offline.get("graph", {}).get("geomean"),
+            "geomean_offline_events": offline.get("events", {}).get("geomean"),
             "geomean_met": (by_set["kernel"]["grid"]["geomean"] or 0) >= GOAL_GEOMEAN,
             "graph_geomean_at_least_one": (by_set["graph"]["grid"]["geomean"] or 0) >= 1.0,
             "worst_offline_kernel": offline.get("kernel", {}).get("minimum"),
@@ -429,7 +435,7 @@ def _tuned_vs_autotuned(table: Table, noise: float) -> dict[str, Any]:
     """Share of shapes where the tuned kernel alone beats autotuned cuBLASLt ("tuned_faster"),
     and where it is at least as fast within the noise ("at_least_as_fast")."""
     result = {}
-    for timing in TIMINGS:
+    for timing in ("kernel", "graph"):  # the tuner times the libraries offline in these two
         pairs = [(entry.time("cublaslt_autotuned", timing), entry.time("tuned", timing))
                  for entry in table]
         compared = [(lt, tuned) for lt, tuned in pairs if lt and tuned]
@@ -487,8 +493,8 @@ def _large_cubes(rows: Sequence[BenchRow], table: Table) -> list[dict[str, Any]]
 
 
 def _identical(row: BenchRow, timing: str) -> bool:
-    """Did the dispatcher run torch.matmul itself in this timing (kernel: its eager choice;
-    graph: its choice under capture, noted in the row)?"""
+    """Did the dispatcher run torch.matmul itself in this timing (kernel and events: its eager
+    choice; graph: its choice under capture, noted in the row)?"""
     if timing == "graph" and row.graph_choice is not None:
         return row.graph_choice == "torch.matmul"
     return row.choice == "torch.matmul"
@@ -558,8 +564,9 @@ def markdown(summary: dict[str, Any], rows: Sequence[BenchRow]) -> str:
               "| set | timing | shapes | geomean | worst | slower beyond noise |",
               "|---|---|---|---|---|---|"]
     for timing, key in (("kernel", "dispatch_vs_torch_by_set"),
-                        ("graph", "dispatch_vs_torch_by_set_graph")):
-        for name, s in summary[key].items():
+                        ("graph", "dispatch_vs_torch_by_set_graph"),
+                        ("events", "dispatch_vs_torch_by_set_events")):
+        for name, s in summary.get(key, {}).items():
             if s["shapes"]:
                 lines.append(f"| {name} | {timing} | {s['shapes']} | {_number(s['geomean'])} | "
                              f"{_number(s['minimum'])} | {s['below_noise']} |")

@@ -4,8 +4,9 @@ is called in, else torch.matmul.
 Two modes can be told apart when a call is made: eager launches, and capture into a CUDA graph
 (`torch.cuda.is_current_stream_capturing()`). The tuned table holds a choice for each: a kernel
 runs eagerly only where the tuner measured it faster than torch.matmul beyond the noise in
-kernel-only time, back to back and with Poisson-spaced calls (server mode), and runs in a graph
-only where it also won beyond the noise in graph replays, back to back and spaced (tune.py).
+kernel-only time, back to back and with Poisson-spaced calls (server mode), and end to end with
+its host launch cost in server mode; it runs in a graph only where it also won beyond the noise
+in graph replays, back to back and spaced (tune.py).
 Everywhere else that mode runs torch.matmul. Shapes the table lacks go to retrieval
 (retrieve.py: the nearest tuned shapes' kernels, verified here once in kernel-only time, the
 choice cached), for eager calls only: a graph capture of such a shape runs torch.matmul.

@@ -47,17 +47,20 @@ class MethodTimes:
     note: str | None = None  # why something is missing
     server_kernel_ms: float | None = None  # calls spaced by Poisson gaps (server mode)
     server_graph_ms: float | None = None
+    # server mode end to end: one call between two synchronizes, its host launch cost included
+    server_events_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"kernel_ms": self.kernel_ms, "graph_ms": self.graph_ms, "error": self.error,
                 "note": self.note, "server_kernel_ms": self.server_kernel_ms,
-                "server_graph_ms": self.server_graph_ms}
+                "server_graph_ms": self.server_graph_ms,
+                "server_events_ms": self.server_events_ms}
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> MethodTimes:
         return cls(record.get("kernel_ms"), record.get("graph_ms"), record.get("error"),
                    record.get("note"), record.get("server_kernel_ms"),
-                   record.get("server_graph_ms"))
+                   record.get("server_graph_ms"), record.get("server_events_ms"))
 
 
 @dataclass(frozen=True)
