@@ -1,13 +1,17 @@
-"""The HGEMM launchers' own Python per call, on any machine: each variant's `kernels.launch` with
-its Triton kernel replaced by a no-op, so what is left is the host work solforge adds around a
-launch (settings, grid, descriptors, buffers). Triton's own launch cost and the GPU are not in it.
+"""Host microseconds per HGEMM launch, split into solforge's own Python and the rest.
 
-    python benchmarks/hgemm_launch_host.py [-o OUT.json] [--calls 20000]
+    python benchmarks/hgemm_launch_host.py [-o OUT.json] [--calls 20000] [--device cpu|cuda]
 
-Microseconds per call, the best of five runs of `--calls` calls after an untimed one, on a
-16 x 4096 @ 4096 x 4096 float16 product. CPU tensors: the launchers' arithmetic does not depend
-on the device, but the persistent variants read the SM count of a CUDA device, so on the CPU
-they take the interpreter's path."""
+Each variant's `kernels.launch` is timed with its Triton kernels replaced by no-ops: what is
+left is the host work solforge adds around a launch (settings, grid, descriptors, buffers),
+`python_us`. With `--device cuda` it is also timed launching for real (`launch_us`: the GPU
+keeps up with a 16 x 1024 @ 1024 x 1024 float16 product, so this is host time), beside
+torch.matmul into the same output (`torch_matmul_us`); `launch_us - python_us` is Triton's
+dispatch and the driver's launch (`triton_and_driver_us`), what the dispatcher costs beyond its
+own code. Microseconds per call, the best of five runs of `--calls` calls after an untimed one.
+On the CPU only `python_us`: the launchers' arithmetic does not depend on the device, but the
+persistent variants read the SM count of a CUDA device, so there they take the interpreter's
+path."""
 
 from __future__ import annotations
 
@@ -56,18 +60,33 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-o", "--out", type=Path)
     parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = parser.parse_args()
+    device = torch.device(args.device)
+    a = torch.randn(16, 1024, dtype=torch.float16, device=device)
+    b = torch.randn(1024, 1024, dtype=torch.float16, device=device)
+    out = torch.empty(16, 1024, dtype=torch.float16, device=device)
+
+    def per_variant() -> dict[str, float]:
+        return {name: round(host_us_per_call(lambda c=config: kernels.launch(c, a, b, out),
+                                             args.calls, runs=5, device=device), 2)
+                for name, config in CONFIGS.items()}
+
+    record: dict = {"what": "host microseconds per HGEMM launch: solforge's Python "
+                            "(python_us, Triton stubbed) and, on a GPU, the real launch",
+                    "date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
+                    "torch": torch.__version__, "machine": platform.machine(),
+                    "device": torch.cuda.get_device_name(device) if device.type == "cuda"
+                    else "cpu", "calls": args.calls}
+    if device.type == "cuda":
+        record["launch_us"] = per_variant()
+        record["torch_matmul_us"] = round(host_us_per_call(
+            lambda: torch.matmul(a, b, out=out), args.calls, runs=5, device=device), 2)
     _stub_kernels()
-    a = torch.empty(16, 4096, dtype=torch.float16)
-    b = torch.empty(4096, 4096, dtype=torch.float16)
-    out = torch.empty(16, 4096, dtype=torch.float16)
-    found = {name: round(host_us_per_call(lambda c=config: kernels.launch(c, a, b, out),
-                                           args.calls, runs=5), 2)
-             for name, config in CONFIGS.items()}
-    record = {"what": "the HGEMM launchers' own Python per call (us), Triton's launch stubbed",
-              "date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
-              "torch": torch.__version__, "machine": platform.machine(),
-              "calls": args.calls, "launch_us": found}
+    record["python_us"] = per_variant()
+    if "launch_us" in record:
+        record["triton_and_driver_us"] = {name: round(us - record["python_us"][name], 2)
+                                          for name, us in record["launch_us"].items()}
     text = json.dumps(record, indent=1)
     print(text)
     if args.out:

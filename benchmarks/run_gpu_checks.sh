@@ -26,6 +26,9 @@
 #                        default problems; about a minute)
 #           gap          whether a kernel-only time carries the GPU's idle gap before the launch
 #                        (benchmarks/hgemm_gap_probe.py; issue 15's benchmark bias, about 20 s)
+#           launch       host microseconds per HGEMM launch: solforge's Python, Triton's dispatch
+#                        and the driver, torch.matmul beside them (benchmarks/hgemm_launch_host.py,
+#                        about 30 s)
 #           examples     the public example solutions in $EXAMPLES (folders, space-separated:
 #                        SOL-ExecBench's examples/ and FlashInfer-Bench's examples/), built
 #                        and judged (benchmarks/examples_gpu.py; goes on from the committed
@@ -257,6 +260,11 @@ stage_phases() {
         -o "$out/phases.json" 2>&1 | tee "$out/phases.log"
 }
 
+stage_launch() {
+    "$python" benchmarks/hgemm_launch_host.py --device cuda --calls 2000 \
+        -o "$out/hgemm-launch-host.json" 2>&1 | tee "$out/launch.log"
+}
+
 stage_ipc() {
     "$python" benchmarks/cuda_ipc_probe.py -o "$out/ipc-probe.jsonl" 2>&1 | tee "$out/ipc.log"
 }
@@ -280,6 +288,7 @@ for stage in "${stages[@]}"; do
         libraries) run_stage libraries "" stage_libraries ;;
         phases) run_stage phases phases.json stage_phases ;;
         ipc) run_stage ipc ipc-probe.jsonl stage_ipc ;;
+        launch) run_stage launch hgemm-launch-host.json stage_launch ;;
         *) echo "unknown stage $stage" >&2; exit 2 ;;
     esac
 done

@@ -726,7 +726,9 @@ def test_the_launch_host_script_times_every_variant(tmp_path):
                            "--calls", "20", "-o", str(out)], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    found = json.loads(out.read_text())["launch_us"]
+    record = json.loads(out.read_text())
+    assert "launch_us" not in record  # no real launch on the CPU
+    found = record["python_us"]
     assert set(found) == {"tiled", "persistent", "tma", "tma_persistent", "splitk", "gemv"}
     assert all(value > 0 for value in found.values())
 
