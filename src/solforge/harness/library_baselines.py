@@ -8,8 +8,10 @@ Which library fits is read from the definition, never from its name alone:
   PyTorch's cuDNN attention backend forced (every attention, prefill and decode problem);
 - `cublaslt`: a two-input GEMM (`x @ w.T` or `a @ b`, one output) through nvmath-python's
   cuBLASLt matmul (compute in float32 for 16-bit inputs, as cuBLAS does);
-- `flashinfer-rmsnorm`: an RMSNorm (a 2-D activation, a 1-D weight, a scalar eps) through
-  `flashinfer.norm.rmsnorm` (`gemma_rmsnorm` where the reference scales by 1 + weight);
+- `flashinfer-rmsnorm`: an RMSNorm of 16-bit rows (a 2-D activation, a 1-D weight, a scalar
+  eps; no residual, no bias) through `flashinfer.norm.rmsnorm`, or `gemma_rmsnorm` where the
+  reference scales by 1 + weight: both recognised as the forge's row-norm template recognises
+  them (problem/row_norm.py, a CPU run of the reference against each form);
 - `flashinfer-rope`: a RoPE of q and k through a float32 cos/sin cache (vLLM's layout: row p is
   [cos | sin] of position p) through `flashinfer.rope.apply_rope_with_cos_sin_cache`, for
   16-bit q and k. The roles and whether the reference rotates NeoX halves or interleaved pairs
@@ -37,10 +39,11 @@ from dataclasses import dataclass
 
 import torch
 
-from solforge.data.definition import Definition
+from solforge.data.definition import Definition, TensorSpec
 from solforge.data.solution import Solution, SourceFile
 from solforge.problem.paged_decode import recognise_paged_decode
 from solforge.problem.rope import RopeRoles, recognise_rope
+from solforge.problem.row_norm import recognise_row_norm
 from solforge.score import sol_score
 
 ENTRY = "solforge_library_run"
@@ -119,24 +122,24 @@ def _cublaslt(definition: Definition) -> LibraryBaseline | None:
 
 
 def _flashinfer_rmsnorm(definition: Definition) -> LibraryBaseline | None:
-    if definition.op_type != "rmsnorm":
-        return None
-    specs = list(definition.inputs.items())
-    if len(specs) != 3 or len(definition.outputs) != 1:
-        return None
-    (x, xs), (w, ws), (eps, es) = specs
-    if xs.is_scalar or ws.is_scalar or not es.is_scalar or len(xs.shape) != 2 \
-            or len(ws.shape) != 1:
+    roles = recognise_row_norm(definition)
+    if roles is None or roles.norm != "rms" or roles.residual is not None \
+            or roles.bias is not None or not _sixteen_bit(definition.inputs[roles.x]):
         return None
     # Gemma scales by (1 + weight): FlashInfer has a kernel of its own for that form.
-    function = "gemma_rmsnorm" if "1.0 + " in definition.reference or "1 + " in \
-        definition.reference else "rmsnorm"
+    function = "gemma_rmsnorm" if roles.weight_mode == "offset" else "rmsnorm"
     source = ("import flashinfer\n\n\n"
-              f"def {ENTRY}({x}, {w}, {eps}):\n"
+              f"def {ENTRY}({', '.join(definition.inputs)}):\n"
               f'    """FlashInfer\'s fused {function} kernel."""\n'
-              f"    return flashinfer.norm.{function}({x}, {w}, eps={eps})\n")
+              f"    return flashinfer.norm.{function}({roles.x}, {roles.weight}, "
+              f"eps={roles.eps})\n")
     return LibraryBaseline("flashinfer-rmsnorm", "flashinfer-python",
                            _solution(definition, "flashinfer-rmsnorm", source, ["flashinfer"]))
+
+
+def _sixteen_bit(spec: TensorSpec) -> bool:
+    """FlashInfer's norm and RoPE kernels take float16 and bfloat16 activations."""
+    return spec.dtype.torch_dtype in (torch.bfloat16, torch.float16)
 
 
 def _flashinfer_rope(definition: Definition) -> LibraryBaseline | None:
@@ -161,8 +164,7 @@ def _flashinfer_rope(definition: Definition) -> LibraryBaseline | None:
 def _flashinfer_rope_dtypes(definition: Definition, roles: RopeRoles) -> bool:
     """FlashInfer rotates 16-bit q and k through a float32 cache."""
     specs = definition.inputs
-    return (specs[roles.q].dtype.torch_dtype in (torch.bfloat16, torch.float16)
-            and specs[roles.cache].dtype.torch_dtype == torch.float32)
+    return _sixteen_bit(specs[roles.q]) and specs[roles.cache].dtype.torch_dtype == torch.float32
 
 
 def _flashinfer_top_k_renorm(definition: Definition) -> LibraryBaseline | None:

@@ -31,6 +31,7 @@ from solforge.problem.outputs import as_output_list
 from solforge.problem.problem import tensor_shape
 from solforge.problem.reference import load_reference_module
 
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")  # what the recognisers' models compute in
 AGREEMENT = 2e-2  # the largest error allowed, relative to the largest output magnitude
 PROBE_SEED = 20251129
 PROBE_SIZE = 4  # the default value of a var axis in the probe

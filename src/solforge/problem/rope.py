@@ -19,9 +19,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from solforge.data.definition import Definition
-from solforge.problem.probe import Inputs, Model, matching_variant, small_axes
-
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+from solforge.problem.probe import FLOAT_DTYPES, Inputs, Model, matching_variant, small_axes
 
 
 @dataclass(frozen=True)

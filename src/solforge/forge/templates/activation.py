@@ -21,7 +21,6 @@ import torch.nn.functional as F
 from solforge.data.definition import Definition
 from solforge.data.workload import Workload
 from solforge.forge.templates.template import (
-    FLOAT_DTYPES,
     Matcher,
     Params,
     Template,
@@ -36,7 +35,13 @@ from solforge.hardware.block_limits import (
     threads_reason,
     tile_words,
 )
-from solforge.problem.probe import Inputs, Model, matching_variant, small_axes
+from solforge.problem.probe import (
+    FLOAT_DTYPES,
+    Inputs,
+    Model,
+    matching_variant,
+    small_axes,
+)
 from solforge.problem.problem import Problem
 
 ACTIVATIONS = ("silu", "gelu_tanh", "gelu_erf")

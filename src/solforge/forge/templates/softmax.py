@@ -20,7 +20,6 @@ import torch
 from solforge.data.definition import Definition
 from solforge.data.workload import Workload
 from solforge.forge.templates.template import (
-    FLOAT_DTYPES,
     Matcher,
     Params,
     Template,
@@ -36,7 +35,13 @@ from solforge.hardware.block_limits import (
     threads_reason,
     tile_words,
 )
-from solforge.problem.probe import Inputs, Model, matching_variant, small_axes
+from solforge.problem.probe import (
+    FLOAT_DTYPES,
+    Inputs,
+    Model,
+    matching_variant,
+    small_axes,
+)
 from solforge.problem.problem import Problem
 
 PROBE_TEMPERATURE = 0.7

@@ -39,7 +39,6 @@ Space = Mapping[str, tuple[ParamValue, ...]]
 KERNELS_PACKAGE = "solforge.forge.templates.kernels"
 AUTHOR = "solforge-templates"
 TARGET_HARDWARE = ("H200",)
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")  # the dtypes the row and elementwise kernels take
 
 
 @dataclass(frozen=True)
