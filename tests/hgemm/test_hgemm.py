@@ -897,6 +897,27 @@ def test_a_row_timed_with_fewer_rounds_than_asked_is_measured_again(tmp_path):
     assert len(rows_path.read_text().splitlines()) == 4
 
 
+def test_end_to_end_is_timed_in_server_mode_where_eager_calls_run_a_tuned_kernel():
+    """Events timing decides eager calls only: it is spent where the dispatcher runs a tuned
+    kernel eagerly, in server mode (offline it would differ only by the gaps)."""
+    from solforge.hgemm.bench import _timed
+
+    class Methods(FakeMeasurer):
+        """Records (timing, spaced) of each timing run."""
+
+        def time(self, calls, method, rounds, gap_s=None):
+            self.timed.append((method, gap_s is not None))
+            return {name: fake_timing(self.ms(name), rounds) for name in calls}
+
+    calls = {"dispatch": lambda: None, "torch": lambda: None}
+    for eager_tuned, expected in ((True, {("events", True)}), (False, set())):
+        measurer = Methods()
+        times, _, _ = _timed(calls, measurer, FAST_BENCH, eager_tuned)
+        assert {entry for entry in measurer.timed if entry[0] == "events"} == expected
+        assert len(measurer.timed) == 4 + len(expected)  # kernel and graph, both modes
+        assert ("events" in times["server"]) is eager_tuned and "events" not in times["offline"]
+
+
 def test_a_row_timed_before_its_shape_was_tuned_again_is_measured_again(tmp_path):
     """A later call that tunes a shape again changes its choice; its old row timed another
     kernel (on the H200, 53 of 1,110 rows timed torch.matmul where the table now runs a tuned

@@ -7,10 +7,10 @@ product; then all four methods interleaved in the same timing runs, in
 - server mode: calls spaced by exponential gaps (Poisson arrivals, mean `server_gap_ms`), the
   GPU idle in between as behind a server (CUDA-L2's second mode);
 each timed kernel-only (profiler kernel records: no host launch cost), by CUDA-graph replay,
-and end to end ("events": one call between two host synchronizes, its host launch cost
-included, as CUDA-L2 timed). The last is where a Triton launch, tens of microseconds more host
-work than torch.matmul's, can lose what its kernel won: eager calls that lose there go back to
-torch.matmul (`demotions`).
+and, in server mode where eager calls run a tuned kernel, end to end ("events": one call
+between two host synchronizes, its host launch cost included, as CUDA-L2 timed). The last is
+where a Triton launch, tens of microseconds more host work than torch.matmul's, can lose what
+its kernel won: eager calls that lose there go back to torch.matmul (`demotions`).
 
 "Slower beyond noise" compares the dispatcher with each library shape by shape: a ratio under
 1 - max(noise, band), where band is twice the standard error of the difference of the two
@@ -63,6 +63,10 @@ from solforge.measure.timing import Timing
 METHODS = ("dispatch", *BASELINES)
 MODES = ("offline", "server")
 TIMINGS = ("kernel", "graph", "events")
+# End to end is timed where it can decide something: server mode (offline it would differ only
+# by the gaps), at shapes whose eager calls run a tuned kernel (elsewhere both columns are the
+# same torch.matmul call).
+EVENTS_MODE = "server"
 GOAL_GEOMEAN = 1.10
 LARGE_CUBES = tuple(size for size in GRID_SIZES if size >= 8192)
 _GRAPH_NOTE = "in CUDA graphs: "  # the row's note naming the dispatcher's choice under capture
@@ -147,11 +151,20 @@ class BenchRow:
 def estimate_seconds(shape: Shape, settings: BenchSettings = BenchSettings()) -> float:
     """Device-machine seconds to benchmark one shape (budget.py's working figures)."""
     rounds = rounds_for(shape, settings)
-    calls = len(METHODS) * (1 + len(settings.modes) * len(TIMINGS) * (1 + rounds))
+    timed = sum(len(timings_of(mode, True)) for mode in settings.modes)  # at most
+    calls = len(METHODS) * (1 + timed * (1 + rounds))
     calls += 16 * settings.autotune_iterations
-    gaps = ("server" in settings.modes) * len(TIMINGS) * len(METHODS) * (rounds + 1)
+    gaps = ("server" in settings.modes) * len(timings_of("server", True)) * len(METHODS) \
+        * (rounds + 1)
     return (SHAPE_OVERHEAD_S + calls * (CALL_OVERHEAD_S + shape.flops / SUSTAINED_FLOPS)
             + gaps * settings.server_gap_ms / 1e3)
+
+
+def timings_of(mode: str, eager_tuned: bool) -> tuple[str, ...]:
+    """The timings a shape gets in `mode` (EVENTS_MODE: where end to end is timed)."""
+    if mode == EVENTS_MODE and eager_tuned:
+        return TIMINGS
+    return tuple(timing for timing in TIMINGS if timing != "events")
 
 
 def bench_shape(shape: Shape, measurer: Measurer, settings: BenchSettings = BenchSettings(),
@@ -177,7 +190,7 @@ def bench_shape(shape: Shape, measurer: Measurer, settings: BenchSettings = Benc
         errors, working, notes = baseline_checks(found, measurer, operands)
         errors["dispatch"] = relative_error(dispatched(), operands.reference)
         times, spreads, timing_notes = _timed({"dispatch": dispatched, **working}, measurer,
-                                              settings)
+                                              settings, eager is not None)
     finally:
         if baselines is None:
             found.close()
@@ -187,7 +200,8 @@ def bench_shape(shape: Shape, measurer: Measurer, settings: BenchSettings = Benc
                     environment(), clock() - began, spreads, settings.rounds, ORDER)
 
 
-def _timed(calls, measurer: Measurer, settings: BenchSettings) -> tuple[dict, dict, list[str]]:
+def _timed(calls, measurer: Measurer, settings: BenchSettings,
+           eager_tuned: bool) -> tuple[dict, dict, list[str]]:
     """Medians and spreads by mode, timing and method, and notes of what failed."""
     times: dict[str, dict[str, dict[str, float | None]]] = {}
     spreads: dict[str, dict[str, dict[str, float]]] = {}
@@ -195,7 +209,7 @@ def _timed(calls, measurer: Measurer, settings: BenchSettings) -> tuple[dict, di
     for mode in settings.modes:
         gap = settings.server_gap_ms / 1e3 if mode == "server" else None
         times[mode], spreads[mode] = {}, {}
-        for timing in TIMINGS:
+        for timing in timings_of(mode, eager_tuned):
             results = measurer.time(calls, timing, settings.rounds, gap)
             times[mode][timing] = {name: median_ms(result) for name, result in results.items()}
             spreads[mode][timing] = {name: result.spread for name, result in results.items()
@@ -375,7 +389,7 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02,
                                        for row in rows if set_of(row.shape) == name),
                                       noise).to_json()
                        for name in ("grid", "decode", "prefill", "other")}
-              for timing in TIMINGS}
+              for timing in ("kernel", "graph")}  # offline: no end-to-end timing there
     offline = against["torch"].get("offline", {})
     slower = {mode: {timing: against["torch"][mode][timing]["below_noise"] for timing in TIMINGS}
               for mode in modes}
@@ -397,7 +411,6 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02,
         "dispatch_speedup": against,
         "dispatch_vs_torch_by_set": by_set["kernel"],
         "dispatch_vs_torch_by_set_graph": by_set["graph"],
-        "dispatch_vs_torch_by_set_events": by_set["events"],
         "tuned_vs_cublaslt_autotuned": versus_lt,
         "large_cubes": _large_cubes(rows, table),
         "decode_hbm_fraction": decode,
@@ -411,7 +424,6 @@ def summarize(rows: Sequence[BenchRow], table: Table, noise: float = 0.02,
             "grid_geomean_offline_graph": by_set["graph"]["grid"]["geomean"],
             "geomean_offline_kernel": offline.get("kernel", {}).get("geomean"),
             "geomean_offline_graph": offline.get("graph", {}).get("geomean"),
-            "geomean_offline_events": offline.get("events", {}).get("geomean"),
             "geomean_met": (by_set["kernel"]["grid"]["geomean"] or 0) >= GOAL_GEOMEAN,
             "graph_geomean_at_least_one": (by_set["graph"]["grid"]["geomean"] or 0) >= 1.0,
             "worst_offline_kernel": offline.get("kernel", {}).get("minimum"),
@@ -564,9 +576,8 @@ def markdown(summary: dict[str, Any], rows: Sequence[BenchRow]) -> str:
               "| set | timing | shapes | geomean | worst | slower beyond noise |",
               "|---|---|---|---|---|---|"]
     for timing, key in (("kernel", "dispatch_vs_torch_by_set"),
-                        ("graph", "dispatch_vs_torch_by_set_graph"),
-                        ("events", "dispatch_vs_torch_by_set_events")):
-        for name, s in summary.get(key, {}).items():
+                        ("graph", "dispatch_vs_torch_by_set_graph")):
+        for name, s in summary[key].items():
             if s["shapes"]:
                 lines.append(f"| {name} | {timing} | {s['shapes']} | {_number(s['geomean'])} | "
                              f"{_number(s['minimum'])} | {s['below_noise']} |")
