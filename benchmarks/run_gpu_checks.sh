@@ -223,6 +223,8 @@ fi_wheels=${FI_WHEELS:-.fi}
 use_flashinfer() {  # FlashInfer from FI_SITE on the path of this script and its workers, if there
     [ -d "$fi_site/flashinfer" ] || return 0
     case ":$PYTHONPATH:" in *":$fi_site:"*) ;; *) export PYTHONPATH="$fi_site:$PYTHONPATH" ;; esac
+    # FlashInfer's JIT runs `ninja` from PATH: the ninja wheel's, installed beside it
+    [ -d "$fi_site/bin" ] && case ":$PATH:" in *":$fi_site/bin:"*) ;; *) export PATH="$fi_site/bin:$PATH" ;; esac
     export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
     export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fi_ws}
 }

@@ -89,9 +89,10 @@ def test_a_long_stage_goes_on_from_the_committed_store_and_leaves_the_next_one(
 
 def _flashinfer_stage(tmp_path: Path, stage: str, site: Path) -> tuple[Path, list[str]]:
     """Run a stage with a stand-in interpreter that logs each command line and the PYTHONPATH
-    it saw; no wheels to install (an empty FI_WHEELS)."""
+    and PATH it saw; no wheels to install (an empty FI_WHEELS)."""
     python, calls = tmp_path / "python", tmp_path / "calls.txt"
-    python.write_text('#!/usr/bin/env bash\necho "$* PATH=$PYTHONPATH" >> "$CALLS"\n')
+    python.write_text('#!/usr/bin/env bash\n'
+                      'echo "$* PYTHONPATH=$PYTHONPATH PATH=$PATH" >> "$CALLS"\n')
     python.chmod(0o755)
     (tmp_path / "wheels").mkdir(exist_ok=True)
     env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls), "FI_SITE": str(site),
@@ -111,10 +112,12 @@ def test_the_flashinfer_stage_without_wheels_says_how_to_get_them(tmp_path):
 def test_flashinfer_installed_on_the_machine_is_built_and_used_by_the_libraries(tmp_path):
     site = tmp_path / "site"
     (site / "flashinfer").mkdir(parents=True)
+    (site / "bin").mkdir()  # the ninja wheel's executable, which FlashInfer's JIT runs
     _, calls = _flashinfer_stage(tmp_path, "flashinfer", site)
     (setup,) = [c for c in calls if "flashinfer_setup.py" in c]
     assert f"-o {tmp_path / 'out' / 'flashinfer-setup.json'}" in setup
-    assert f"PATH={site}:" in setup  # found first, before the checkout's src/
+    assert f"PYTHONPATH={site}:" in setup  # found first, before the checkout's src/
+    assert f" PATH={site / 'bin'}:" in setup
     _, calls = _flashinfer_stage(tmp_path, "libraries", site)
     (judged,) = [c for c in calls if "library_baselines_gpu.py" in c]
-    assert f"PATH={site}:" in judged
+    assert f"PYTHONPATH={site}:" in judged
