@@ -1,37 +1,41 @@
 #!/usr/bin/env bash
-# Download, into .fi/, FlashInfer and what its import needs, for an H200 machine without a
-# package registry (Python 3.12), slimmed to fit one call's carry beside .whl/:
+# Make .fi/flashinfer-site.tar.xz: FlashInfer and what its import needs, installed for the
+# H200 machine's Python 3.12 (which has no package registry) and packed small enough to carry:
 #
 #   benchmarks/carry_flashinfer.sh [DIR]        (default .fi; git-ignore it: echo /.fi/ >> .git/info/exclude)
 #
-# flashinfer-python's wheel is about 100 MB, over the 64 MB a call may carry. Most of it is the
-# CUDA sources of modules the library baselines never build (MoE, FP4/FP8 GEMMs, Blackwell
-# attention, experimental kernels). The slim wheel keeps every Python file, every data file,
-# the headers (include/, CUTLASS, CCCL) and the top-level csrc/ the norm, RoPE, sampling, decode
-# and prefill modules compile from; it drops the .cu/.cuh/.h sources under csrc/'s subfolders,
-# the other packages' csrc/ and kernel_src/, and experimental/. About 38 MB.
+# A call carries 64 MiB in all, the working tree included (about 27 MB of tracked files), and
+# flashinfer-python's wheel alone is about 100 MB. Most of it is the CUDA sources of modules the
+# library baselines never build (MoE, FP4/FP8 GEMMs, Blackwell attention, experimental
+# kernels): the wheel is slimmed first (every Python and data file kept, the headers of
+# include/, CUTLASS and CCCL kept, and the top-level csrc/ the norm, RoPE, sampling, decode and
+# prefill modules compile from; the .cu/.cuh/.h sources under csrc/'s subfolders, the other
+# packages' csrc/ and kernel_src/, and experimental/ dropped), installed with its small
+# dependencies into one folder, and packed with xz: about 20 MB, so `.fi` travels alone or beside
+# `.whl/` (18 MB). Carry `.fi` to the `flashinfer` and `libraries` stages; they need nothing of
+# `.whl/`.
 #
-# On that machine: benchmarks/run_gpu_checks.sh OUT flashinfer installs it, JIT-builds the
-# modules the library baselines call (benchmarks/flashinfer_setup.py) and installs them as
-# ahead-of-time artifacts, so sandboxed workers load them without building.
+# On that machine: benchmarks/run_gpu_checks.sh OUT flashinfer unpacks it into FI_SITE (default
+# /tmp/fi_site), JIT-builds the modules the library baselines call
+# (benchmarks/flashinfer_setup.py) and installs them ahead of time, so sandboxed workers load
+# them without building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=${1:-.fi}
 version=${FLASHINFER_VERSION:-0.7.4}
-mkdir -p "$dest"
-download() {
-    python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
-        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-        --platform manylinux2014_x86_64 -d "$1" "${@:2}"
-}
-raw=$(mktemp -d)
-trap 'rm -rf "$raw"' EXIT
-download "$raw" "flashinfer-python==$version"
-# Its import needs these (the image has torch, numpy, packaging, requests, cuda-bindings).
+platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64
+           --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+target=(--only-binary=:all: --python-version 3.12 --implementation cp "${platforms[@]}")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/raw" "$work/wheels" "$work/site" "$dest"
+python3 -m pip download --quiet --no-deps "${target[@]}" -d "$work/raw" "flashinfer-python==$version"
+# Its import needs these (the image has torch, numpy, packaging, requests, cuda-bindings);
+# ninja's wheel brings the executable FlashInfer's JIT runs.
 for wheel in "apache-tvm-ffi>=0.1.15,<0.2" einops tabulate click tqdm nvidia-ml-py ninja; do
-    download "$dest" "$wheel"
+    python3 -m pip download --quiet --no-deps "${target[@]}" -d "$work/wheels" "$wheel"
 done
-python3 - "$raw"/flashinfer_python-*.whl "$dest" <<'EOF'
+python3 - "$work"/raw/flashinfer_python-*.whl "$work/wheels" <<'EOF'
 """Repack the wheel without the CUDA sources of modules the baselines never build; the RECORD
 is written again for the files kept."""
 import base64
@@ -66,7 +70,9 @@ with zipfile.ZipFile(source) as wheel, zipfile.ZipFile(target, "w", zipfile.ZIP_
         rows.append(f"{info.filename},sha256={digest},{len(data)}")
     rows.append(f"{record_name},,")
     slim.writestr(record_name, "\n".join(rows) + "\n")
-print(f"{target}: {target.stat().st_size / 1e6:.1f} MB (from {source.stat().st_size / 1e6:.1f})")
+print(f"{target.name}: {target.stat().st_size / 1e6:.1f} MB (from {source.stat().st_size / 1e6:.1f})")
 EOF
+python3 -m pip install --quiet --no-deps --no-compile "${target[@]}" --target "$work/site" \
+    "$work"/wheels/*.whl
+XZ_OPT="-9 -T0" tar -C "$work/site" -cJf "$dest/flashinfer-site.tar.xz" .
 ls -la "$dest"
-du -sh "$dest"

@@ -41,12 +41,13 @@
 #                        address contains a TEXT; a problem still running after
 #                        LIBRARY_LIMIT_S seconds, default 300, is stopped and recorded as
 #                        failed)
-#           flashinfer   FlashInfer for the libraries stage: installs the wheels of FI_WHEELS
-#                        (default .fi/, made beforehand by benchmarks/carry_flashinfer.sh and
-#                        carried) into FI_SITE (default /tmp/fi_site), then builds the modules its library
-#                        baselines call and installs them ahead of time, so sandboxed workers
-#                        load them (benchmarks/flashinfer_setup.py, about 40-60 s a module).
-#                        Later stages and calls on the machine find FlashInfer in FI_SITE.
+#           flashinfer   FlashInfer for the libraries stage: unpacks FI_CARRY/flashinfer-site.tar.xz
+#                        (FI_CARRY default .fi, made beforehand by benchmarks/carry_flashinfer.sh
+#                        and carried) into FI_SITE (default /tmp/fi_site), then builds the
+#                        modules its library baselines call and installs them ahead of time, so
+#                        sandboxed workers load them (benchmarks/flashinfer_setup.py, about
+#                        40-60 s a module). Later stages and calls on the machine find
+#                        FlashInfer in FI_SITE.
 #           phases       one evaluation's phase table, cold then warm (benchmarks/eval_phases.py)
 #           ipc          CUDA IPC between uids (benchmarks/cuda_ipc_probe.py; run as root)
 #
@@ -218,7 +219,7 @@ stage_examples() {
 }
 
 fi_site=${FI_SITE:-/tmp/fi_site}
-fi_wheels=${FI_WHEELS:-.fi}
+fi_carry=${FI_CARRY:-.fi}/flashinfer-site.tar.xz
 
 use_flashinfer() {  # FlashInfer from FI_SITE on the path of this script and its workers, if there
     [ -d "$fi_site/flashinfer" ] || return 0
@@ -231,13 +232,12 @@ use_flashinfer() {  # FlashInfer from FI_SITE on the path of this script and its
 
 stage_flashinfer() {
     if [ ! -d "$fi_site/flashinfer" ]; then
-        if ! ls "$fi_wheels"/*.whl >/dev/null 2>&1; then
-            echo "no wheels in $fi_wheels: run benchmarks/carry_flashinfer.sh and carry them" \
+        if [ ! -f "$fi_carry" ]; then
+            echo "no $fi_carry: run benchmarks/carry_flashinfer.sh and carry it" \
                 | tee "$out/flashinfer.log"
             return 0
         fi
-        "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-            --target "$fi_site" "$fi_wheels"/*.whl 2>&1 | tee "$out/flashinfer.log"
+        mkdir -p "$fi_site" && tar -C "$fi_site" -xJf "$fi_carry" 2>&1 | tee "$out/flashinfer.log"
     fi
     use_flashinfer
     "$python" benchmarks/flashinfer_setup.py -o "$out/flashinfer-setup.json" 2>&1 \

@@ -89,21 +89,21 @@ def test_a_long_stage_goes_on_from_the_committed_store_and_leaves_the_next_one(
 
 def _flashinfer_stage(tmp_path: Path, stage: str, site: Path) -> tuple[Path, list[str]]:
     """Run a stage with a stand-in interpreter that logs each command line and the PYTHONPATH
-    and PATH it saw; no wheels to install (an empty FI_WHEELS)."""
+    and PATH it saw; nothing to unpack (FI_CARRY an empty folder)."""
     python, calls = tmp_path / "python", tmp_path / "calls.txt"
     python.write_text('#!/usr/bin/env bash\n'
                       'echo "$* PYTHONPATH=$PYTHONPATH PATH=$PATH" >> "$CALLS"\n')
     python.chmod(0o755)
     (tmp_path / "wheels").mkdir(exist_ok=True)
     env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls), "FI_SITE": str(site),
-           "FI_WHEELS": str(tmp_path / "wheels")}
+           "FI_CARRY": str(tmp_path / "wheels")}
     done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), stage], env=env,
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     return tmp_path / "out", calls.read_text().splitlines() if calls.exists() else []
 
 
-def test_the_flashinfer_stage_without_wheels_says_how_to_get_them(tmp_path):
+def test_the_flashinfer_stage_without_its_carry_says_how_to_make_it(tmp_path):
     out, calls = _flashinfer_stage(tmp_path, "flashinfer", tmp_path / "site")
     assert "carry_flashinfer.sh" in (out / "flashinfer.log").read_text()
     assert calls == [] and not (out / "flashinfer-setup.json").exists()  # tried again next call
@@ -121,3 +121,20 @@ def test_flashinfer_installed_on_the_machine_is_built_and_used_by_the_libraries(
     _, calls = _flashinfer_stage(tmp_path, "libraries", site)
     (judged,) = [c for c in calls if "library_baselines_gpu.py" in c]
     assert f"PYTHONPATH={site}:" in judged
+
+
+def test_the_carried_flashinfer_is_unpacked_into_its_site(tmp_path):
+    """carry_flashinfer.sh's archive (an installed site folder, xz-packed) lands in FI_SITE,
+    and the setup then runs from it."""
+    import tarfile
+
+    packed = tmp_path / "packed"
+    (packed / "flashinfer").mkdir(parents=True)
+    (packed / "flashinfer" / "__init__.py").write_text("__version__ = 'x'\n")
+    (tmp_path / "wheels").mkdir()
+    with tarfile.open(tmp_path / "wheels" / "flashinfer-site.tar.xz", "w:xz") as archive:
+        archive.add(packed, arcname=".")
+    site = tmp_path / "site"
+    _, calls = _flashinfer_stage(tmp_path, "flashinfer", site)
+    assert (site / "flashinfer" / "__init__.py").is_file()
+    assert any("flashinfer_setup.py" in call and f"PYTHONPATH={site}:" in call for call in calls)
