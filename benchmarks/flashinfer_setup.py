@@ -48,17 +48,18 @@ def flashinfer_problems() -> list[str]:
     return found
 
 
-def first_call(address: str) -> dict[str, Any]:
+def first_call(address: str, device: str = "cuda") -> dict[str, Any]:
     """One call of the problem's FlashInfer baseline on its smallest workload: its JIT build."""
     problem = open_problem(address)
     baseline = library_baseline(problem.definition)
     namespace: dict[str, Any] = {}
     exec(compile(baseline.solution.sources[0].content, f"<{baseline.name}>", "exec"), namespace)
-    inputs = make_inputs(problem, problem.smallest_workload(), "cuda")
+    inputs = make_inputs(problem, problem.smallest_workload(), device)
     began = time.perf_counter()
     try:
         namespace[ENTRY](*inputs.values())
-        torch.cuda.synchronize()
+        if device == "cuda":
+            torch.cuda.synchronize()
     except Exception as exc:  # recorded: the libraries stage will judge it failed as well
         return {"baseline": baseline.name, "error": f"{type(exc).__name__}: {exc}"[:500]}
     return {"baseline": baseline.name, "first_call_s": round(time.perf_counter() - began, 2)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import types
 
+import fake_flashinfer
 from helpers import benchmark_script
 
 
@@ -37,3 +38,15 @@ def test_built_modules_are_installed_ahead_of_time(tmp_path, monkeypatch):
     assert _script().install_ahead_of_time() == ["batch_decode_bf16", "norm"]
     assert (aot / "norm" / "norm.so").read_bytes() == b"norm"
     assert not (aot / "half_built").exists()
+
+
+def test_each_baseline_is_called_once_and_a_failure_is_recorded(monkeypatch):
+    """The first call runs the baseline's own generated code (here through the stand-in, on
+    the CPU); one that raises is recorded with its error, not raised."""
+    fake_flashinfer.install(monkeypatch)
+    script = _script()
+    assert "first_call_s" in script.first_call("fib/gqa_paged_decode_llama3_1_8b_ps1", "cpu")
+    assert "first_call_s" in script.first_call("l1/rmsnorm_gemma3_27b", "cpu")
+    monkeypatch.delattr(sys.modules["flashinfer"], "norm")
+    failed = script.first_call("l1/rmsnorm_llama3_1_8b", "cpu")
+    assert failed["baseline"] == "flashinfer-rmsnorm" and "AttributeError" in failed["error"]

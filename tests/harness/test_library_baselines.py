@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import fake_flashinfer
 import pytest
 import torch
 from harness_corpus import HONEST, PROBLEMS, short_limits
@@ -77,82 +78,8 @@ def test_gemma_rmsnorm_uses_the_one_plus_weight_kernel():
     assert source.preload_modules() == ("flashinfer",)
 
 
-def _fake_flashinfer(monkeypatch) -> None:
-    """A `flashinfer` module with the documented semantics of the two calls the RoPE and top-k
-    baselines make, written independently of the mapping (complex products for the rotation),
-    so a library baseline's own code can run on the CPU."""
-    import types
-
-    def apply_rope_with_cos_sin_cache(positions, query, key, head_size, cache, is_neox=True):
-        assert query.dim() == 2 and key.dim() == 2 and cache.dtype == torch.float32
-        half = cache.shape[1] // 2
-        turn = torch.complex(cache[positions, :half], cache[positions, half:])[:, None, :]
-
-        def rotate(x):
-            x = x.view(x.shape[0], -1, head_size).float()
-            if is_neox:
-                pairs = torch.complex(x[..., :half], x[..., half:]) * turn
-                out = torch.cat((pairs.real, pairs.imag), dim=-1)
-            else:
-                pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], half, 2).contiguous())
-                out = torch.view_as_real(pairs * turn).flatten(-2)
-            return out.reshape(x.shape[0], -1)
-
-        return rotate(query).to(query.dtype), rotate(key).to(key.dtype)
-
-    def top_k_renorm_probs(probs, top_k):
-        pivot = probs.sort(dim=-1, descending=True).values[:, top_k - 1:top_k]
-        kept = probs * (probs >= pivot)
-        return kept / kept.sum(dim=-1, keepdim=True)
-
-    module = types.ModuleType("flashinfer")
-    module.rope = types.SimpleNamespace(apply_rope_with_cos_sin_cache=apply_rope_with_cos_sin_cache)
-    module.sampling = types.SimpleNamespace(top_k_renorm_probs=top_k_renorm_probs)
-    module.BatchDecodeWithPagedKVCacheWrapper = _PagedDecodeWrapper
-    monkeypatch.setitem(sys.modules, "flashinfer", module)
-
-
-class _PagedDecodeWrapper:
-    """BatchDecodeWithPagedKVCacheWrapper's documented semantics: `plan` takes the page table
-    and sizes, `run` attends each sequence's query to its tokens (SDPA over a token list built
-    index by index, not the recogniser's model). Counts its plans."""
-
-    plans = 0
-
-    def __init__(self, workspace, kv_layout="NHD", use_tensor_cores=False):
-        assert workspace.dtype == torch.uint8 and not workspace.any()  # zeroed for first use
-        self.layout = kv_layout
-
-    def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
-             page_size, *, q_data_type, kv_data_type, sm_scale):
-        type(self).plans += 1
-        self.table = (indptr.tolist(), indices.tolist(), last_page_len.tolist())
-        self.sizes = (num_qo_heads, num_kv_heads, head_dim, page_size, sm_scale)
-
-    def run(self, q, paged_kv_cache):
-        indptr, indices, last = self.table
-        heads, kv_heads, dim, page_size, scale = self.sizes
-        k_cache, v_cache = paged_kv_cache
-        assert q.shape[1:] == (heads, dim) and k_cache.shape[3] == dim
-        out = torch.empty_like(q)
-        for b in range(q.shape[0]):
-            pages = indices[indptr[b]:indptr[b + 1]]
-            slots = [(p, t) for p in pages for t in range(page_size)]
-            slots = slots[:len(slots) - page_size + last[b]]
-            k = torch.stack([self.token(k_cache, p, t) for p, t in slots], dim=1).float()
-            v = torch.stack([self.token(v_cache, p, t) for p, t in slots], dim=1).float()
-            attended = torch.nn.functional.scaled_dot_product_attention(
-                q[b].float()[:, None], k.repeat_interleave(heads // kv_heads, 0),
-                v.repeat_interleave(heads // kv_heads, 0), scale=scale)
-            out[b] = attended[:, 0].to(q.dtype)
-        return out
-
-    def token(self, cache, page, slot):
-        """[kv_heads, head_dim] of one token."""
-        return cache[page, slot] if self.layout == "NHD" else cache[page, :, slot]
-
-
-@pytest.mark.parametrize("address", ["fib/rope_qwen3_8b", "fib/rope_deepseek_v3",
+@pytest.mark.parametrize("address", ["l1/rmsnorm_llama3_1_8b", "l1/rmsnorm_gemma3_27b",
+                                     "fib/rope_qwen3_8b", "fib/rope_deepseek_v3",
                                      "fib/top_k_renorm_probs_deepseek_v3",
                                      "fib/gqa_paged_decode_llama3_1_8b_ps1",
                                      "fib/gqa_paged_decode_qwen3_30b_a3b_ps64"])
@@ -162,7 +89,7 @@ def test_flashinfer_baselines_compute_what_the_reference_computes(address, monke
     reference, and the flattening FlashInfer's RoPE wants, are right."""
     from solforge.problem.reference import load_reference_module
 
-    _fake_flashinfer(monkeypatch)
+    fake_flashinfer.install(monkeypatch)
     problem = open_problem(address)
     inputs = list(make_inputs(problem, problem.smallest_workload()).values())
     got = _namespace(address)[ENTRY](*inputs)
@@ -176,14 +103,14 @@ def test_paged_decode_plans_on_every_call(monkeypatch):
     """The harness gives each timed call new inputs: a plan kept from an earlier page table
     would attend over the wrong tokens, so the baseline plans every call (the wrapper and its
     workspace are what it keeps)."""
-    _fake_flashinfer(monkeypatch)
+    fake_flashinfer.install(monkeypatch)
     address = "fib/gqa_paged_decode_llama3_1_8b_ps16"
     problem = open_problem(address)
     function = _namespace(address)[ENTRY]
-    before = _PagedDecodeWrapper.plans
+    before = fake_flashinfer.PagedDecodeWrapper.plans
     for _ in range(3):
         function(*make_inputs(problem, problem.smallest_workload()).values())
-    assert _PagedDecodeWrapper.plans - before == 3
+    assert fake_flashinfer.PagedDecodeWrapper.plans - before == 3
 
 
 def test_a_rope_that_matches_neither_rotation_gets_no_baseline():
