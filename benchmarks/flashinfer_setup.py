@@ -9,8 +9,10 @@ this process (our own generated code, not a candidate's), and copies each module
 FlashInfer's ahead-of-time folder (`flashinfer/data/aot/<module>/<module>.so`), which every
 process, sandboxed or not, loads before it would build.
 
-    python benchmarks/flashinfer_setup.py [PROBLEM...] [-o OUT.json]
+    python benchmarks/flashinfer_setup.py [PROBLEM...] [-o OUT.json] [--skip-recorded FILE]
 
+`--skip-recorded` leaves out the problems a library-baselines record (library_baselines_gpu.py's
+output) already holds: their modules need not be built on this machine (about 40 s each).
 Writes what was built, how long each first call took, each baseline's error if it failed, and
 the modules installed. Needs a CUDA GPU and FlashInfer; nothing is built on the CPU.
 """
@@ -38,13 +40,18 @@ from solforge.problem import make_inputs  # noqa: E402
 from solforge.problem.suite import address_of, bundled_problem_dirs, open_problem  # noqa: E402
 
 
-def flashinfer_problems() -> list[str]:
-    """Bundled problems whose library baseline calls FlashInfer."""
+def flashinfer_problems(recorded: Path | None = None) -> list[str]:
+    """Bundled problems whose library baseline calls FlashInfer, less those `recorded` holds."""
+    done = set()
+    if recorded is not None and recorded.is_file():
+        done = {r["problem"] for r in json.loads(recorded.read_text()).get("problems", [])}
     found = []
     for folder in bundled_problem_dirs():
-        baseline = library_baseline(open_problem(address_of(folder)).definition)
-        if baseline is not None and baseline.library == "flashinfer-python":
-            found.append(address_of(folder))
+        address = address_of(folder)
+        baseline = library_baseline(open_problem(address).definition)
+        if baseline is not None and baseline.library == "flashinfer-python" \
+                and address not in done:
+            found.append(address)
     return found
 
 
@@ -86,6 +93,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("problems", nargs="*", help="tier/name (default: every FlashInfer one)")
     parser.add_argument("-o", "--out", type=Path, default=Path("flashinfer-setup.json"))
+    parser.add_argument("--skip-recorded", type=Path, metavar="FILE")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         log("no CUDA GPU: FlashInfer builds nothing here")
@@ -94,7 +102,7 @@ def main() -> int:
 
     record: dict[str, Any] = {"flashinfer": flashinfer.__version__,
                               "environment": recorded_environment("cuda"), "problems": {}}
-    for address in args.problems or flashinfer_problems():
+    for address in args.problems or flashinfer_problems(args.skip_recorded):
         log(f"{address}: first call")
         record["problems"][address] = result = first_call(address)
         log(f"{address}: {result}")

@@ -3,6 +3,7 @@ of time for the sandboxed workers."""
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 
@@ -14,11 +15,15 @@ def _script():
     return benchmark_script("flashinfer_setup")
 
 
-def test_every_flashinfer_baseline_of_the_suite_is_built():
+def test_every_flashinfer_baseline_of_the_suite_is_built_unless_recorded(tmp_path):
     found = _script().flashinfer_problems()
     assert {"l1/rmsnorm_llama3_1_8b", "fib/rope_qwen3_8b", "fib/top_k_renorm_probs_deepseek_v3",
             "fib/gqa_paged_decode_llama3_1_8b_ps1"} <= set(found)
     assert "l1/gemm_llama3_1_8b_qkv" not in found  # cuBLASLt, not FlashInfer
+    record = tmp_path / "library-baselines.json"
+    record.write_text(json.dumps({"problems": [{"problem": "l1/rmsnorm_llama3_1_8b"}]}))
+    left = _script().flashinfer_problems(record)
+    assert set(left) == set(found) - {"l1/rmsnorm_llama3_1_8b"}
 
 
 def test_built_modules_are_installed_ahead_of_time(tmp_path, monkeypatch):

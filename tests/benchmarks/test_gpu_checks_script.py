@@ -116,6 +116,8 @@ def test_flashinfer_installed_on_the_machine_is_built_and_used_by_the_libraries(
     _, calls = _flashinfer_stage(tmp_path, "flashinfer", site)
     (setup,) = [c for c in calls if "flashinfer_setup.py" in c]
     assert f"-o {tmp_path / 'out' / 'flashinfer-setup.json'}" in setup
+    # the problems recorded already need no module built (LIBRARIES_AGAIN: all of them)
+    assert "--skip-recorded benchmarks/results/h200-library-baselines.json" in setup
     assert f"PYTHONPATH={site}:" in setup  # found first, before the checkout's src/
     assert f" PATH={site / 'bin'}:" in setup
     _, calls = _flashinfer_stage(tmp_path, "libraries", site)
