@@ -128,13 +128,20 @@ def _flashinfer_rmsnorm(definition: Definition) -> LibraryBaseline | None:
         return None
     # Gemma scales by (1 + weight): FlashInfer has a kernel of its own for that form.
     function = "gemma_rmsnorm" if roles.weight_mode == "offset" else "rmsnorm"
-    source = ("import flashinfer\n\n\n"
+    return _flashinfer(definition, "flashinfer-rmsnorm", f"FlashInfer's fused {function} kernel.",
+                       [f"return flashinfer.norm.{function}({roles.x}, {roles.weight}, "
+                        f"eps={roles.eps})"])
+
+
+def _flashinfer(definition: Definition, name: str, summary: str, body: list[str],
+                preamble: str = "") -> LibraryBaseline:
+    """A FlashInfer baseline: `preamble` after the import, then the entry function (the
+    definition's inputs as its parameters) with `summary` as its docstring and `body`."""
+    source = ("import flashinfer\n" + preamble + "\n\n"
               f"def {ENTRY}({', '.join(definition.inputs)}):\n"
-              f'    """FlashInfer\'s fused {function} kernel."""\n'
-              f"    return flashinfer.norm.{function}({roles.x}, {roles.weight}, "
-              f"eps={roles.eps})\n")
-    return LibraryBaseline("flashinfer-rmsnorm", "flashinfer-python",
-                           _solution(definition, "flashinfer-rmsnorm", source, ["flashinfer"]))
+              f'    """{summary}"""\n' + "".join(f"    {line}\n" for line in body))
+    return LibraryBaseline(name, "flashinfer-python",
+                           _solution(definition, name, source, ["flashinfer"]))
 
 
 def _sixteen_bit(spec: TensorSpec) -> bool:
@@ -149,16 +156,13 @@ def _flashinfer_rope(definition: Definition) -> LibraryBaseline | None:
     q, k, positions, cache = roles.q, roles.k, roles.positions, roles.cache
     neox = not roles.interleaved
     style = "NeoX halves" if neox else "interleaved pairs"
-    source = ("import flashinfer\n\n\n"
-              f"def {ENTRY}({', '.join(definition.inputs)}):\n"
-              f'    """FlashInfer\'s RoPE through the float32 cos/sin cache ({style})."""\n'
-              f"    q_out, k_out = flashinfer.rope.apply_rope_with_cos_sin_cache(\n"
-              f"        {positions}, {q}.reshape({q}.shape[0], -1), "
-              f"{k}.reshape({k}.shape[0], -1), {q}.shape[-1],\n"
-              f"        {cache}, is_neox={neox})\n"
-              f"    return q_out.view({q}.shape), k_out.view({k}.shape)\n")
-    return LibraryBaseline("flashinfer-rope", "flashinfer-python",
-                           _solution(definition, "flashinfer-rope", source, ["flashinfer"]))
+    return _flashinfer(definition, "flashinfer-rope",
+                       f"FlashInfer's RoPE through the float32 cos/sin cache ({style}).",
+                       ["q_out, k_out = flashinfer.rope.apply_rope_with_cos_sin_cache(",
+                        f"    {positions}, {q}.reshape({q}.shape[0], -1), "
+                        f"{k}.reshape({k}.shape[0], -1), {q}.shape[-1],",
+                        f"    {cache}, is_neox={neox})",
+                        f"return q_out.view({q}.shape), k_out.view({k}.shape)"])
 
 
 def _flashinfer_rope_dtypes(definition: Definition, roles: RopeRoles) -> bool:
@@ -177,13 +181,9 @@ def _flashinfer_top_k_renorm(definition: Definition) -> LibraryBaseline | None:
     if ps.is_scalar or len(ps.shape) != 2 or ps.dtype.torch_dtype != torch.float32 \
             or not ks.is_scalar or ks.dtype.kind != "int":
         return None
-    source = ("import flashinfer\n\n\n"
-              f"def {ENTRY}({probs}, {top_k}):\n"
-              '    """FlashInfer\'s top-k renormalisation kernel."""\n'
-              f"    return flashinfer.sampling.top_k_renorm_probs({probs}, {top_k})\n")
-    return LibraryBaseline("flashinfer-top-k-renorm", "flashinfer-python",
-                           _solution(definition, "flashinfer-top-k-renorm", source,
-                                     ["flashinfer"]))
+    return _flashinfer(definition, "flashinfer-top-k-renorm",
+                       "FlashInfer's top-k renormalisation kernel.",
+                       [f"return flashinfer.sampling.top_k_renorm_probs({probs}, {top_k})"])
 
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended float workspace for split-KV
@@ -196,26 +196,25 @@ def _flashinfer_paged_decode(definition: Definition) -> LibraryBaseline | None:
         return None
     q, k, v = roles.q, roles.k_cache, roles.v_cache
     page_dim = 3 - roles.kv_heads_dim
-    source = ("import flashinfer\nimport torch\n\n_WRAPPERS = {}\n\n\n"
-              "def _wrapper(device, use_tensor_cores):\n"
-              '    """One wrapper per device: its workspace and host buffers are made once."""\n'
-              "    key = (device, use_tensor_cores)\n"
-              "    if key not in _WRAPPERS:\n"
-              f"        workspace = torch.zeros({WORKSPACE_BYTES}, dtype=torch.uint8, "
-              "device=device)\n"
-              "        _WRAPPERS[key] = flashinfer.BatchDecodeWithPagedKVCacheWrapper(\n"
-              f'            workspace, "{roles.layout}", use_tensor_cores=use_tensor_cores)\n'
-              "    return _WRAPPERS[key]\n\n\n"
-              f"def {ENTRY}({', '.join(definition.inputs)}):\n"
-              '    """FlashInfer\'s paged decode: the page table planned, then run."""\n'
-              f"    heads, kv_heads = {q}.shape[1], {k}.shape[{roles.kv_heads_dim}]\n"
-              f"    wrapper = _wrapper({q}.device, heads // kv_heads >= {TENSOR_CORE_GROUP})\n"
-              f"    wrapper.plan({roles.indptr}, {roles.indices}, {roles.last_page_len}, heads, "
-              f"kv_heads, {q}.shape[2],\n"
-              f"                 {k}.shape[{page_dim}], q_data_type={q}.dtype, "
-              f"kv_data_type={k}.dtype,\n"
-              f"                 sm_scale=float({roles.sm_scale}))\n"
-              f"    return wrapper.run({q}, ({k}, {v}))\n")
-    return LibraryBaseline("flashinfer-paged-decode", "flashinfer-python",
-                           _solution(definition, "flashinfer-paged-decode", source,
-                                     ["flashinfer"]))
+    preamble = ("import torch\n\n_WRAPPERS = {}\n\n\n"
+                "def _wrapper(device, use_tensor_cores):\n"
+                '    """One wrapper per device: its workspace and host buffers are made once."""\n'
+                "    key = (device, use_tensor_cores)\n"
+                "    if key not in _WRAPPERS:\n"
+                f"        workspace = torch.zeros({WORKSPACE_BYTES}, dtype=torch.uint8, "
+                "device=device)\n"
+                "        _WRAPPERS[key] = flashinfer.BatchDecodeWithPagedKVCacheWrapper(\n"
+                f'            workspace, "{roles.layout}", use_tensor_cores=use_tensor_cores)\n'
+                "    return _WRAPPERS[key]\n")
+    return _flashinfer(definition, "flashinfer-paged-decode",
+                       "FlashInfer's paged decode: the page table planned, then run.",
+                       [f"heads, kv_heads = {q}.shape[1], {k}.shape[{roles.kv_heads_dim}]",
+                        f"wrapper = _wrapper({q}.device, heads // kv_heads >= "
+                        f"{TENSOR_CORE_GROUP})",
+                        f"wrapper.plan({roles.indptr}, {roles.indices}, {roles.last_page_len}, "
+                        f"heads, kv_heads, {q}.shape[2],",
+                        f"             {k}.shape[{page_dim}], q_data_type={q}.dtype, "
+                        f"kv_data_type={k}.dtype,",
+                        f"             sm_scale=float({roles.sm_scale}))",
+                        f"return wrapper.run({q}, ({k}, {v}))"],
+                       preamble)
