@@ -10,11 +10,17 @@ FlashInfer's ahead-of-time folder (`flashinfer/data/aot/<module>/<module>.so`), 
 process, sandboxed or not, loads before it would build.
 
     python benchmarks/flashinfer_setup.py [PROBLEM...] [-o OUT.json] [--skip-recorded FILE]
+                                          [--deadline-s S]
 
 `--skip-recorded` leaves out the problems a library-baselines record (library_baselines_gpu.py's
 output) already holds: their modules need not be built on this machine (about 40 s each).
 Writes what was built, how long each first call took, each baseline's error if it failed, and
-the modules installed. Needs a CUDA GPU and FlashInfer; nothing is built on the CPU.
+the modules installed, after every problem: a call stopped by its time limit keeps what it
+built and installed, and the next run goes on from OUT (the problems built there are skipped; a
+failed one is tried again, its partial build resumed by ninja). `complete` says whether every
+problem was built. With --deadline-s, no problem starts that could not end before it (as long
+as the longest first call so far; a prefill module takes minutes). Needs a CUDA GPU and
+FlashInfer; nothing is built on the CPU.
 """
 
 from __future__ import annotations
@@ -89,27 +95,53 @@ def install_ahead_of_time() -> list[str]:
     return installed
 
 
+def built(record: dict[str, Any]) -> set[str]:
+    """The problems a setup record holds as built (a first call that raised nothing)."""
+    return {address for address, result in record.get("problems", {}).items()
+            if "error" not in result}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("problems", nargs="*", help="tier/name (default: every FlashInfer one)")
     parser.add_argument("-o", "--out", type=Path, default=Path("flashinfer-setup.json"))
     parser.add_argument("--skip-recorded", type=Path, metavar="FILE")
+    parser.add_argument("--deadline-s", type=float, default=None)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         log("no CUDA GPU: FlashInfer builds nothing here")
         return 2
     import flashinfer
 
-    record: dict[str, Any] = {"flashinfer": flashinfer.__version__,
-                              "environment": recorded_environment("cuda"), "problems": {}}
-    for address in args.problems or flashinfer_problems(args.skip_recorded):
+    began = time.monotonic()
+    record: dict[str, Any] = {"problems": {}}
+    if args.out.is_file():
+        record = json.loads(args.out.read_text())
+    record |= {"flashinfer": flashinfer.__version__, "environment": recorded_environment("cuda")}
+    wanted = args.problems or flashinfer_problems(args.skip_recorded)
+    longest = 0.0
+    for address in [a for a in wanted if a not in built(record)]:
+        if args.deadline_s is not None and time.monotonic() - began + longest > args.deadline_s:
+            log(f"deadline: {address} and later left for the next run (the longest first call "
+                f"took {longest:.0f} s)")
+            break
         log(f"{address}: first call")
+        started = time.monotonic()
         record["problems"][address] = result = first_call(address)
+        longest = max(longest, time.monotonic() - started)
         log(f"{address}: {result}")
-    record["installed_ahead_of_time"] = install_ahead_of_time()
+        save(args.out, record, wanted)
+    save(args.out, record, wanted)
     log(f"installed ahead of time: {', '.join(record['installed_ahead_of_time']) or 'none'}")
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
-    return 1 if any("error" in r for r in record["problems"].values()) else 0
+    return 0 if record["complete"] else 1
+
+
+def save(out: Path, record: dict[str, Any], wanted: list[str]) -> None:
+    """Install what is built, and write the record: after every problem, so that a run stopped
+    by its time limit loses nothing it built."""
+    record["installed_ahead_of_time"] = install_ahead_of_time()
+    record["complete"] = set(wanted) <= built(record)
+    out.write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

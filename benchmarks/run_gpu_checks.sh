@@ -46,16 +46,21 @@
 #                        and carried) into FI_SITE (default /tmp/fi_site), then builds the
 #                        modules its library baselines call and installs them ahead of time, so
 #                        sandboxed workers load them (benchmarks/flashinfer_setup.py, about
-#                        40-60 s a module). Later stages and calls on the machine find
-#                        FlashInfer in FI_SITE.
+#                        40-60 s a module, minutes for a prefill one; resumable: goes on from
+#                        OUTDIR/flashinfer-setup.json). Later stages and calls on the machine
+#                        find FlashInfer in FI_SITE; the libraries stage leaves a FlashInfer
+#                        baseline whose module is not built yet for a later call.
 #           phases       one evaluation's phase table, cold then warm (benchmarks/eval_phases.py)
 #           ipc          CUDA IPC between uids (benchmarks/cuda_ipc_probe.py; run as root)
 #
 # HARNESS_PARTS (default: all) picks the parts of benchmarks/harness_gpu.py the harness stage runs.
 #
 # A stage whose result file is already in OUTDIR is skipped, so a run cut short by a time limit
-# resumes where it stopped. suite, forge and hgemm are long: each call works until DEADLINE_S
-# seconds (default 540) and the next call of the same stage goes on from its store. The stages
+# resumes where it stopped. DEADLINE_S (default 540) is the whole call's: each stage that takes
+# a deadline gets what the stages before it left, and a stage left less than MIN_STAGE_S
+# (default 30) is not started (the next call runs it). suite, forge, hgemm, examples, libraries
+# and flashinfer are long: they work until their deadline and the next call of the same stage
+# goes on from its store. The stages
 # that time baselines (suite, forge, examples, libraries) start from the committed
 # benchmarks/results/h200-baselines.json and export the store to OUTDIR/h200-baselines.json when
 # they end (throughput keeps its own store and export).
@@ -71,11 +76,19 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 python=${PYTHON:-python3}
 
+call_deadline=${DEADLINE_S:-540}
+min_stage=${MIN_STAGE_S:-30}
+
 run_stage() {  # name, result file ("" for a stage that resumes by itself), command...
     local name=$1 result=$2
     shift 2
     if [ -n "$result" ] && [ -s "$out/$result" ]; then
         echo "== $name: $out/$result exists, skipped"
+        return 0
+    fi
+    deadline=$((call_deadline - SECONDS))  # what this call's earlier stages left
+    if [ "$deadline" -lt "$min_stage" ]; then
+        echo "== $name: ${deadline} s of DEADLINE_S=$call_deadline left, not started (the next call runs it)"
         return 0
     fi
     echo "== $name"
@@ -111,8 +124,6 @@ stage_harness() {
     # shellcheck disable=SC2086
     "$python" benchmarks/harness_gpu.py "$out" ${HARNESS_PARTS:-} 2>&1 | tee -a "$out/harness.log"
 }
-
-deadline=${DEADLINE_S:-540}
 
 import_baselines() {  # [--cache-dir DIR]: the committed H200 baselines, so a fresh machine starts warm
     local file=benchmarks/results/h200-baselines.json
@@ -243,17 +254,20 @@ stage_flashinfer() {
     # the problems already recorded need no module built here, unless they are to be judged again
     local skip=(--skip-recorded benchmarks/results/h200-library-baselines.json)
     [ -n "${LIBRARIES_AGAIN:-}" ] && skip=()
-    "$python" benchmarks/flashinfer_setup.py -o "$out/flashinfer-setup.json" "${skip[@]}" 2>&1 \
-        | tee -a "$out/flashinfer.log"
+    "$python" benchmarks/flashinfer_setup.py -o "$out/flashinfer-setup.json" "${skip[@]}" \
+        --deadline-s "$deadline" 2>&1 | tee -a "$out/flashinfer.log"
 }
 
 stage_libraries() {
     use_flashinfer
     seed_from_results h200-library-baselines.json "$out/library-baselines.json"
     import_baselines
+    # FlashInfer baselines whose modules the flashinfer stage has not built yet wait for it
+    local built=()
+    [ -f "$out/flashinfer-setup.json" ] && built=(--flashinfer-setup "$out/flashinfer-setup.json")
     # shellcheck disable=SC2086
     "$python" benchmarks/library_baselines_gpu.py -o "$out/library-baselines.json" \
-        --deadline-s "$deadline" --problem-limit-s "${LIBRARY_LIMIT_S:-300}" \
+        --deadline-s "$deadline" --problem-limit-s "${LIBRARY_LIMIT_S:-300}" "${built[@]}" \
         ${LIBRARIES_AGAIN:+--again $LIBRARIES_AGAIN} 2>&1 \
         | tee -a "$out/libraries.log"
     export_baselines
@@ -289,7 +303,7 @@ for stage in "${stages[@]}"; do
         gap) run_stage gap hgemm-gap-probe.json stage_gap ;;
         variants) run_stage variants variants.json stage_variants ;;
         examples) run_stage examples "" stage_examples ;;
-        flashinfer) run_stage flashinfer flashinfer-setup.json stage_flashinfer ;;
+        flashinfer) run_stage flashinfer "" stage_flashinfer ;;
         libraries) run_stage libraries "" stage_libraries ;;
         phases) run_stage phases phases.json stage_phases ;;
         ipc) run_stage ipc ipc-probe.jsonl stage_ipc ;;

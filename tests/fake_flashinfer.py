@@ -1,7 +1,8 @@
 """A stand-in `flashinfer` for the CPU: the documented semantics of the calls the library
 baselines make, written independently of the mappings that generate those calls (complex
-products for the rotation, SDPA over a token list built index by index for paged decode), so a
-baseline's own code can run without a GPU."""
+products for the rotation, SDPA over a token list built index by index for paged decode, SDPA
+per sequence with the documented lower-right causal mask for ragged prefill), so a baseline's
+own code can run without a GPU."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ def install(monkeypatch) -> None:
     module.rope = types.SimpleNamespace(apply_rope_with_cos_sin_cache=apply_rope_with_cos_sin_cache)
     module.sampling = types.SimpleNamespace(top_k_renorm_probs=top_k_renorm_probs)
     module.BatchDecodeWithPagedKVCacheWrapper = PagedDecodeWrapper
+    module.BatchPrefillWithRaggedKVCacheWrapper = RaggedPrefillWrapper
     monkeypatch.setitem(sys.modules, "flashinfer", module)
 
 
@@ -89,3 +91,41 @@ class PagedDecodeWrapper:
     def token(self, cache, page, slot):
         """[kv_heads, head_dim] of one token."""
         return cache[page, slot] if self.layout == "NHD" else cache[page, :, slot]
+
+
+class RaggedPrefillWrapper:
+    """BatchPrefillWithRaggedKVCacheWrapper's documented semantics: `plan` takes the two
+    indptrs and sizes, `run` attends each sequence's queries to its own keys, masked (when
+    causal) by torch.tril(ones(qo_len, kv_len), diagonal=kv_len - qo_len) as its docstring's
+    example builds the causal mask. Counts its plans."""
+
+    plans = 0
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD"):
+        assert float_workspace_buffer.dtype == torch.uint8 and not float_workspace_buffer.any()
+        assert kv_layout == "NHD"
+
+    def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, *,
+             causal=False, sm_scale=None, q_data_type="float16", kv_data_type=None):
+        type(self).plans += 1
+        self.indptrs = (qo_indptr.tolist(), kv_indptr.tolist())
+        self.sizes = (num_qo_heads, num_kv_heads, head_dim_qk)
+        self.causal, self.scale = causal, sm_scale
+
+    def run(self, q, k, v):
+        (qo, kv), (heads, kv_heads, dim) = self.indptrs, self.sizes
+        assert q.shape[1:] == (heads, dim) and k.shape[1:] == (kv_heads, dim)
+        out = torch.empty_like(q)
+        for b in range(len(qo) - 1):
+            queries = q[qo[b]:qo[b + 1]].float().transpose(0, 1)  # [heads, qo_len, dim]
+            keys, values = (x[kv[b]:kv[b + 1]].float().transpose(0, 1)
+                            .repeat_interleave(heads // kv_heads, 0) for x in (k, v))
+            mask = None
+            if self.causal:
+                qo_len, kv_len = queries.shape[1], keys.shape[1]
+                mask = torch.tril(torch.ones(qo_len, kv_len, dtype=torch.bool),
+                                  diagonal=kv_len - qo_len)
+            attended = torch.nn.functional.scaled_dot_product_attention(
+                queries, keys, values, attn_mask=mask, scale=self.scale)
+            out[qo[b]:qo[b + 1]] = attended.transpose(0, 1).to(q.dtype)
+        return out

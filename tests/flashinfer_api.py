@@ -55,26 +55,35 @@ def checked_flashinfer() -> types.ModuleType:
         space, name = path.split(".")
         setattr(getattr(fake, space), name, _bound(getattr(getattr(real, space), name),
                                                    getattr(getattr(fake, space), name)))
-    wrapper = real.BatchDecodeWithPagedKVCacheWrapper
-    stand_in = fake.BatchDecodeWithPagedKVCacheWrapper
+    # The decode wrapper's plan() takes **kwargs and passes them on: its keywords are
+    # _plan_impl's.
+    decode = real.BatchDecodeWithPagedKVCacheWrapper
+    fake.BatchDecodeWithPagedKVCacheWrapper = _checked_wrapper(
+        decode, fake.BatchDecodeWithPagedKVCacheWrapper, decode._plan_impl)
+    prefill = real.BatchPrefillWithRaggedKVCacheWrapper
+    fake.BatchPrefillWithRaggedKVCacheWrapper = _checked_wrapper(
+        prefill, fake.BatchPrefillWithRaggedKVCacheWrapper, prefill.plan)
+    return fake
+
+
+def _checked_wrapper(wrapper: type, stand_in: type, plan: Callable) -> type:
+    """The stand-in with each call bound first to the real wrapper's signature (`plan`: the
+    function whose signature names plan()'s keywords)."""
 
     class Checked(stand_in):
-        """plan() takes **kwargs and passes them on: its keywords are _plan_impl's."""
-
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             inspect.signature(wrapper.__init__).bind(self, *args, **kwargs)
             super().__init__(*args, **kwargs)
 
         def plan(self, *args: Any, **kwargs: Any) -> None:
-            inspect.signature(wrapper._plan_impl).bind(self, *args, **kwargs)
+            inspect.signature(plan).bind(self, *args, **kwargs)
             super().plan(*args, **kwargs)
 
         def run(self, *args: Any, **kwargs: Any) -> torch.Tensor:
             inspect.signature(wrapper.run).bind(self, *args, **kwargs)
             return super().run(*args, **kwargs)
 
-    fake.BatchDecodeWithPagedKVCacheWrapper = Checked
-    return fake
+    return Checked
 
 
 def check(address: str) -> str | None:

@@ -55,3 +55,61 @@ def test_each_baseline_is_called_once_and_a_failure_is_recorded(monkeypatch):
     monkeypatch.delattr(sys.modules["flashinfer"], "norm")
     failed = script.first_call("l1/rmsnorm_llama3_1_8b", "cpu")
     assert failed["baseline"] == "flashinfer-rmsnorm" and "AttributeError" in failed["error"]
+
+
+def _fake_gpu(monkeypatch, tmp_path, script, outcomes):
+    """main() on the CPU: a CUDA device claimed, FlashInfer's folders in tmp_path, and each
+    problem's first call answered from `outcomes` (address -> its result), in the order asked."""
+    calls = []
+    env = types.SimpleNamespace(FLASHINFER_JIT_DIR=tmp_path / "jit",
+                                FLASHINFER_AOT_DIR=tmp_path / "aot")
+    package = types.ModuleType("flashinfer")
+    package.__version__ = "0.7.4"
+    package.jit = types.ModuleType("flashinfer.jit")
+    package.jit.env = env
+    for name, module in (("flashinfer", package), ("flashinfer.jit", package.jit),
+                         ("flashinfer.jit.env", env)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(script.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(script, "recorded_environment", lambda device: {"gpu": "test"})
+
+    def first_call(address):
+        calls.append(address)
+        return outcomes[address]
+
+    monkeypatch.setattr(script, "first_call", first_call)
+    return calls
+
+
+def test_the_setup_goes_on_from_its_record_and_tries_a_failed_build_again(tmp_path, monkeypatch):
+    """The record is written after every problem (a call stopped by its limit keeps it); the
+    next run skips what was built and tries again what failed."""
+    script = _script()
+    out = tmp_path / "setup.json"
+    asked = ["fib/rope_qwen3_8b", "fib/gqa_ragged_prefill_llama3_1_8b"]
+    outcomes = {asked[0]: {"first_call_s": 40.0}, asked[1]: {"error": "RuntimeError: ninja"}}
+    calls = _fake_gpu(monkeypatch, tmp_path, script, outcomes)
+    monkeypatch.setattr(sys, "argv", ["flashinfer_setup.py", *asked, "-o", str(out)])
+    assert script.main() == 1
+    record = json.loads(out.read_text())
+    assert record["problems"] == outcomes and record["complete"] is False
+    outcomes[asked[1]] = {"first_call_s": 300.0}
+    assert script.main() == 0
+    assert calls == [*asked, asked[1]]
+    assert json.loads(out.read_text())["complete"] is True
+
+
+def test_the_setup_starts_no_build_that_cannot_end_before_its_deadline(tmp_path, monkeypatch):
+    script = _script()
+    out = tmp_path / "setup.json"
+    asked = ["fib/rope_qwen3_8b", "fib/rope_deepseek_v3"]
+    calls = _fake_gpu(monkeypatch, tmp_path, script,
+                      {address: {"first_call_s": 1.0} for address in asked})
+    # began; problem 1's check, start and end; problem 2's check
+    clock = iter([0.0, 0.0, 0.0, 100.0, 150.0])
+    monkeypatch.setattr(script.time, "monotonic", lambda: next(clock, 150.0))
+    monkeypatch.setattr(sys, "argv", ["flashinfer_setup.py", *asked, "-o", str(out),
+                                      "--deadline-s", "200"])
+    assert script.main() == 1  # 150 s gone + the 100 s the first build took > 200 s
+    assert calls == asked[:1]
+    assert json.loads(out.read_text())["complete"] is False

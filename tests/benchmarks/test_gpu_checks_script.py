@@ -87,17 +87,20 @@ def test_a_long_stage_goes_on_from_the_committed_store_and_leaves_the_next_one(
     assert lines[2].startswith("-m solforge baselines export")
 
 
-def _flashinfer_stage(tmp_path: Path, stage: str, site: Path) -> tuple[Path, list[str]]:
-    """Run a stage with a stand-in interpreter that logs each command line and the PYTHONPATH
-    and PATH it saw; nothing to unpack (FI_CARRY an empty folder)."""
+def _flashinfer_stage(tmp_path: Path, stage: str, site: Path, *more: str,
+                      **env: str) -> tuple[Path, list[str]]:
+    """Run stages with a stand-in interpreter that logs each command line and the PYTHONPATH
+    and PATH it saw (and sleeps SLEEP seconds); nothing to unpack (FI_CARRY an empty
+    folder)."""
     python, calls = tmp_path / "python", tmp_path / "calls.txt"
     python.write_text('#!/usr/bin/env bash\n'
-                      'echo "$* PYTHONPATH=$PYTHONPATH PATH=$PATH" >> "$CALLS"\n')
+                      'echo "$* PYTHONPATH=$PYTHONPATH PATH=$PATH" >> "$CALLS"\n'
+                      'sleep "${SLEEP:-0}"\n')
     python.chmod(0o755)
     (tmp_path / "wheels").mkdir(exist_ok=True)
     env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls), "FI_SITE": str(site),
-           "FI_CARRY": str(tmp_path / "wheels")}
-    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), stage], env=env,
+           "FI_CARRY": str(tmp_path / "wheels"), **env}
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), stage, *more], env=env,
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     return tmp_path / "out", calls.read_text().splitlines() if calls.exists() else []
@@ -140,3 +143,33 @@ def test_the_carried_flashinfer_is_unpacked_into_its_site(tmp_path):
     _, calls = _flashinfer_stage(tmp_path, "flashinfer", site)
     assert (site / "flashinfer" / "__init__.py").is_file()
     assert any("flashinfer_setup.py" in call and f"PYTHONPATH={site}:" in call for call in calls)
+
+
+def test_the_flashinfer_stage_goes_on_and_the_libraries_wait_for_its_modules(tmp_path):
+    """The setup resumes from its own record, so the stage runs again while one exists, and
+    the libraries stage is told which modules it holds."""
+    site = tmp_path / "site"
+    (site / "flashinfer").mkdir(parents=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "flashinfer-setup.json").write_text('{"problems": {}}')
+    _, calls = _flashinfer_stage(tmp_path, "flashinfer", site, "libraries")
+    (setup,) = [c for c in calls if "flashinfer_setup.py" in c]
+    assert "--deadline-s " in setup
+    (judged,) = [c for c in calls if "library_baselines_gpu.py" in c]
+    assert f"--flashinfer-setup {out / 'flashinfer-setup.json'}" in judged
+
+
+def test_deadline_s_is_the_whole_calls(tmp_path):
+    """Each stage gets what the stages before it left of DEADLINE_S, and one left less than
+    MIN_STAGE_S is not started: the call ends within its limit, the next call runs it."""
+    site = tmp_path / "site"
+    (site / "flashinfer").mkdir(parents=True)
+    _, calls = _flashinfer_stage(tmp_path, "flashinfer", site, "libraries", "launch",
+                                 SLEEP="2", DEADLINE_S="7", MIN_STAGE_S="3")
+    (setup,) = [c for c in calls if "flashinfer_setup.py" in c]
+    given = int(setup.split("--deadline-s ")[1].split()[0])
+    assert given >= 5  # 7 s less the script's own start
+    (judged,) = [c for c in calls if "library_baselines_gpu.py" in c]
+    assert int(judged.split("--deadline-s ")[1].split()[0]) <= given - 2
+    assert not any("hgemm_launch_host.py" in c for c in calls)  # 7 s gone by then

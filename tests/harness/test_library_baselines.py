@@ -47,6 +47,9 @@ EVALUATE = importlib.import_module("solforge.harness.evaluate")  # the package e
     ("fib/top_k_renorm_probs_deepseek_v3", "flashinfer-top-k-renorm"),
     ("fib/gqa_paged_decode_llama3_1_8b_ps1", "flashinfer-paged-decode"),
     ("fib/gqa_paged_decode_llama3_1_70b_ps64", "flashinfer-paged-decode"),
+    # The reference pads the batch for SDPA: the op itself is FlashInfer's ragged prefill.
+    ("fib/gqa_ragged_prefill_llama3_1_8b", "flashinfer-ragged-prefill"),
+    ("fib/gqa_ragged_prefill_qwen3_30b_a3b", "flashinfer-ragged-prefill"),
     ("fib/top_p_sampling_qwen3_8b", None),  # the uniform is an input: FlashInfer draws its own
     ("l1/rope_cos_sin_cache_qwen3_32b", None),  # a bfloat16 cache: FlashInfer takes float32
     ("l1/rope_llama3_1_8b", None),  # no cache: angles from the positions
@@ -82,7 +85,9 @@ def test_gemma_rmsnorm_uses_the_one_plus_weight_kernel():
                                      "fib/rope_qwen3_8b", "fib/rope_deepseek_v3",
                                      "fib/top_k_renorm_probs_deepseek_v3",
                                      "fib/gqa_paged_decode_llama3_1_8b_ps1",
-                                     "fib/gqa_paged_decode_qwen3_30b_a3b_ps64"])
+                                     "fib/gqa_paged_decode_qwen3_30b_a3b_ps64",
+                                     "fib/gqa_ragged_prefill_llama3_1_8b",
+                                     "fib/gqa_ragged_prefill_qwen3_30b_a3b"])
 def test_flashinfer_baselines_compute_what_the_reference_computes(address, monkeypatch):
     """Through a FlashInfer with the documented semantics, each baseline's code gives the
     reference's outputs on the smallest workload: the rotation layout the probe read off the
@@ -99,18 +104,39 @@ def test_flashinfer_baselines_compute_what_the_reference_computes(address, monke
         torch.testing.assert_close(out.float(), expected.float(), rtol=1e-2, atol=1e-2)
 
 
-def test_paged_decode_plans_on_every_call(monkeypatch):
-    """The harness gives each timed call new inputs: a plan kept from an earlier page table
-    would attend over the wrong tokens, so the baseline plans every call (the wrapper and its
-    workspace are what it keeps)."""
+@pytest.mark.parametrize(("address", "wrapper"), [
+    ("fib/gqa_paged_decode_llama3_1_8b_ps16", fake_flashinfer.PagedDecodeWrapper),
+    ("fib/gqa_ragged_prefill_llama3_1_8b", fake_flashinfer.RaggedPrefillWrapper)])
+def test_planned_baselines_plan_on_every_call(address, wrapper, monkeypatch):
+    """The harness gives each timed call new inputs: a plan kept from an earlier page table or
+    batch would attend over the wrong tokens, so the baseline plans every call (the wrapper and
+    its workspace are what it keeps)."""
     fake_flashinfer.install(monkeypatch)
-    address = "fib/gqa_paged_decode_llama3_1_8b_ps16"
     problem = open_problem(address)
     function = _namespace(address)[ENTRY]
-    before = fake_flashinfer.PagedDecodeWrapper.plans
+    before = wrapper.plans
     for _ in range(3):
         function(*make_inputs(problem, problem.smallest_workload()).values())
-    assert fake_flashinfer.PagedDecodeWrapper.plans - before == 3
+    assert wrapper.plans - before == 3
+
+
+def test_a_ragged_prefill_without_its_mask_computes_something_else(monkeypatch):
+    """The stand-in is strict about the mask: the generated call with causal=False gives
+    other outputs than the reference, so the equality above rests on the flag the probe read."""
+    from solforge.problem.reference import load_reference_module
+
+    fake_flashinfer.install(monkeypatch)
+    address = "fib/gqa_ragged_prefill_llama3_1_8b"
+    problem = open_problem(address)
+    solution = library_baseline(problem.definition).solution
+    source = solution.sources[0].content
+    assert source.count("causal=True") == 1
+    namespace: dict = {}
+    exec(compile(source.replace("causal=True", "causal=False"), "kernel.py", "exec"), namespace)
+    inputs = list(make_inputs(problem, problem.smallest_workload()).values())
+    got = namespace[ENTRY](*inputs)
+    want = load_reference_module(problem.definition).run(*inputs)
+    assert not torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2)
 
 
 def test_a_rope_that_matches_neither_rotation_gets_no_baseline():
@@ -288,6 +314,31 @@ def test_library_script_judges_again_the_problems_it_is_told(tmp_path, monkeypat
     statuses = {r["problem"]: r["workloads"]["w"]["status"]
                 for r in json.loads(out.read_text())["problems"]}
     assert statuses == {"l1/rmsnorm_llama3_1_8b": "PASSED", "l1/hgemm_fp16": "RUNTIME_ERROR"}
+
+
+def test_library_script_leaves_a_flashinfer_baseline_without_its_module_for_later(tmp_path,
+                                                                                   monkeypatch):
+    """With the flashinfer stage's record, a FlashInfer baseline whose module is not built (or
+    failed to build) waits: a sandboxed worker would build it inside its time limit. Other
+    libraries, and FlashInfer problems built, are judged."""
+    script = benchmark_script("library_baselines_gpu")
+    out, setup = tmp_path / "lib.json", tmp_path / "flashinfer-setup.json"
+    setup.write_text(json.dumps({"problems": {
+        "fib/rope_qwen3_8b": {"first_call_s": 40.0},
+        "fib/gqa_ragged_prefill_llama3_1_8b": {"error": "RuntimeError: killed"}}}))
+    judged = []
+
+    def judge(address, config):
+        judged.append(address)
+        return {"problem": address, "library": "x", "workloads": {"w": {"status": "PASSED"}}}
+
+    monkeypatch.setattr(script, "judge_problem", judge)
+    asked = ["fib/rope_qwen3_8b", "fib/gqa_ragged_prefill_llama3_1_8b",
+             "fib/gqa_paged_decode_llama3_1_8b_ps1", "l1/hgemm_fp16"]
+    left = script.main([*asked, "-o", str(out), "--device", "cpu",
+                        "--flashinfer-setup", str(setup)])
+    assert judged == ["fib/rope_qwen3_8b", "l1/hgemm_fp16"]
+    assert left == 3  # problems left for a later call
 
 
 def test_library_script_starts_no_problem_that_cannot_end_before_its_deadline(tmp_path,

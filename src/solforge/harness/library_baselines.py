@@ -27,6 +27,10 @@ Which library fits is read from the definition, never from its name alone:
   reused; a server plans once per step for all its layers, so on small batches this time is an
   upper bound of FlashInfer's per-layer cost. Tensor cores for 4 or more query heads per KV
   head (FlashInfer's advice for large GQA groups), CUDA cores below.
+- `flashinfer-ragged-prefill`: prefill attention over a ragged batch (recognised by
+  problem/ragged_prefill.py, causal or not) through `BatchPrefillWithRaggedKVCacheWrapper`,
+  planned and run on every call like the paged decode. Tried before `cudnn-sdpa`: a reference
+  that pads the batch to its longest prompt for SDPA would time cuDNN on the padding too.
 FlashInfer's samplers are not baselines: they draw their own random numbers, and the sampling
 problems take theirs as an input so that a sample can be checked.
 The score against it is the SOL score with T_b = the library's time:
@@ -42,6 +46,7 @@ import torch
 from solforge.data.definition import Definition, TensorSpec
 from solforge.data.solution import Solution, SourceFile
 from solforge.problem.paged_decode import recognise_paged_decode
+from solforge.problem.ragged_prefill import recognise_ragged_prefill
 from solforge.problem.rope import RopeRoles, recognise_rope
 from solforge.problem.row_norm import recognise_row_norm
 from solforge.score import sol_score
@@ -58,8 +63,8 @@ class LibraryBaseline:
 
 def library_baseline(definition: Definition) -> LibraryBaseline | None:
     """The library baseline that fits this definition, or None."""
-    for match in (_cudnn_sdpa, _cublaslt, _flashinfer_rmsnorm, _flashinfer_rope,
-                  _flashinfer_top_k_renorm, _flashinfer_paged_decode):
+    for match in (_flashinfer_ragged_prefill, _cudnn_sdpa, _cublaslt, _flashinfer_rmsnorm,
+                  _flashinfer_rope, _flashinfer_top_k_renorm, _flashinfer_paged_decode):
         found = match(definition)
         if found is not None:
             return found
@@ -196,16 +201,9 @@ def _flashinfer_paged_decode(definition: Definition) -> LibraryBaseline | None:
         return None
     q, k, v = roles.q, roles.k_cache, roles.v_cache
     page_dim = 3 - roles.kv_heads_dim
-    preamble = ("import torch\n\n_WRAPPERS = {}\n\n\n"
-                "def _wrapper(device, use_tensor_cores):\n"
-                '    """One wrapper per device: its workspace and host buffers are made once."""\n'
-                "    key = (device, use_tensor_cores)\n"
-                "    if key not in _WRAPPERS:\n"
-                f"        workspace = torch.zeros({WORKSPACE_BYTES}, dtype=torch.uint8, "
-                "device=device)\n"
-                "        _WRAPPERS[key] = flashinfer.BatchDecodeWithPagedKVCacheWrapper(\n"
-                f'            workspace, "{roles.layout}", use_tensor_cores=use_tensor_cores)\n'
-                "    return _WRAPPERS[key]\n")
+    preamble = _wrapper_preamble("device, use_tensor_cores",
+                                 f'BatchDecodeWithPagedKVCacheWrapper(workspace, "{roles.layout}", '
+                                 "use_tensor_cores=use_tensor_cores)")
     return _flashinfer(definition, "flashinfer-paged-decode",
                        "FlashInfer's paged decode: the page table planned, then run.",
                        [f"heads, kv_heads = {q}.shape[1], {k}.shape[{roles.kv_heads_dim}]",
@@ -218,3 +216,37 @@ def _flashinfer_paged_decode(definition: Definition) -> LibraryBaseline | None:
                         f"             sm_scale=float({roles.sm_scale}))",
                         f"return wrapper.run({q}, ({k}, {v}))"],
                        preamble)
+
+
+def _wrapper_preamble(parameters: str, constructor: str) -> str:
+    """The source of `_wrapper(parameters)`: one FlashInfer wrapper (`flashinfer.constructor`,
+    given `workspace`) per device and parameters, made on first use with its workspace zeroed
+    (as FlashInfer asks) and kept, as a server keeps it."""
+    return ("import torch\n\n_WRAPPERS = {}\n\n\n"
+            f"def _wrapper({parameters}):\n"
+            '    """One wrapper per device: its workspace and host buffers are made once."""\n'
+            f"    key = ({parameters},)\n"
+            "    if key not in _WRAPPERS:\n"
+            f"        workspace = torch.zeros({WORKSPACE_BYTES}, dtype=torch.uint8, "
+            "device=device)\n"
+            f"        _WRAPPERS[key] = flashinfer.{constructor}\n"
+            "    return _WRAPPERS[key]\n")
+
+
+def _flashinfer_ragged_prefill(definition: Definition) -> LibraryBaseline | None:
+    roles = recognise_ragged_prefill(definition)
+    if roles is None:
+        return None
+    q, k, v = roles.q, roles.k, roles.v
+    mask = "causal" if roles.causal else "no mask"
+    return _flashinfer(definition, "flashinfer-ragged-prefill",
+                       f"FlashInfer's ragged prefill ({mask}): the batch planned, then run.",
+                       [f"wrapper = _wrapper({q}.device)",
+                        f"wrapper.plan({roles.qo_indptr}, {roles.kv_indptr}, {q}.shape[1], "
+                        f"{k}.shape[1], {q}.shape[2],",
+                        f"             causal={roles.causal}, sm_scale=float({roles.sm_scale}), "
+                        f"q_data_type={q}.dtype,",
+                        f"             kv_data_type={k}.dtype)",
+                        f"return wrapper.run({q}, {k}, {v})"],
+                       _wrapper_preamble("device",
+                                         'BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD")'))
