@@ -29,8 +29,11 @@ Which library fits is read from the definition, never from its name alone:
   head (FlashInfer's advice for large GQA groups), CUDA cores below.
 - `flashinfer-ragged-prefill`: prefill attention over a ragged batch (recognised by
   problem/ragged_prefill.py, causal or not) through `BatchPrefillWithRaggedKVCacheWrapper`,
-  planned and run on every call like the paged decode. Tried before `cudnn-sdpa`: a reference
-  that pads the batch to its longest prompt for SDPA would time cuDNN on the padding too.
+  planned and run on every call like the paged decode, for the same reason: the plan's host
+  work (the indptrs copied to the host, the schedule) is inside the timed call, so on the
+  smallest batches this time is an upper bound of FlashInfer's. Tried before `cudnn-sdpa`: a
+  reference that pads the batch to its longest prompt for SDPA would time cuDNN on the padding
+  too.
 FlashInfer's samplers are not baselines: they draw their own random numbers, and the sampling
 problems take theirs as an input so that a sample can be checked.
 The score against it is the SOL score with T_b = the library's time:
