@@ -52,6 +52,13 @@ from solforge.harness.baseline import (
     reference_solution_name,
 )
 from solforge.harness.build import BuildFailure, build_solution
+from solforge.harness.compile_ahead import FOLDER as COMPILE_AHEAD_FOLDER
+from solforge.harness.compile_ahead import (
+    CompileAhead,
+    prepare,
+    prepared,
+    start_compile_ahead,
+)
 from solforge.harness.judge import Plan, WorkloadResult
 from solforge.harness.library_baselines import (
     LibraryBaseline,
@@ -64,7 +71,7 @@ from solforge.harness.sandbox import jit_ahead
 from solforge.harness.seeds import SeedPlan, draw_secret
 from solforge.harness.session import Limits
 from solforge.harness.sol import SpeedOfLight, below_floor, score, speed_of_light
-from solforge.harness.supervisor import RoleRun, Supervisor
+from solforge.harness.supervisor import RoleRun, Supervisor, worker_env
 from solforge.measure.environment import environment, run_environment
 from solforge.measure.timing import METHODS
 from solforge.problem.problem import Problem
@@ -78,6 +85,9 @@ CPU_SMALLEST = 2
 # embedding table alone takes ~11 s there); the smallest workload always runs.
 CPU_INPUT_ELEMENTS = 1 << 25
 BASELINE_ROUNDS, BASELINE_VERIFY = 1, 2  # the reference is trusted: one sanity round
+# Processes compiling one unit's compile baseline ahead from the runner's pool, which runs a few
+# such units at once.
+COMPILE_AHEAD_PER_UNIT = 4
 TIMING_LABELS = {
     "kernel": "GPU kernel time: profiler records on every stream, first start to last end "
               "of each call; host launch cost excluded; cold L2",
@@ -113,6 +123,10 @@ class EvalConfig:
     cache_dir: Path | None = None  # builds and measured baselines; None: ~/.cache/solforge
     reuse_baselines: bool = True
     library: bool = False  # also time the library baseline that fits (library_baselines.py)
+    # Compile the torch.compile baseline's graphs ahead in parallel processes
+    # (compile_ahead.py); None: on a GPU only (on the CPU they would take the cores the
+    # timing runs on).
+    compile_ahead: bool | None = None
 
 
 def evaluate(problem: Problem, solution: Solution, config: EvalConfig = EvalConfig(),
@@ -241,22 +255,59 @@ class EvaluationRun:
 
     def baselines(self, workloads: list[Workload],
                   report: Progress) -> dict[str, BaselineReport | None]:
-        """T_b per workload: from the cache, or timed in fresh workers (then cached)."""
+        """T_b per workload: from the cache, or timed in fresh workers (then cached). The
+        torch.compile baseline's graphs are compiled ahead while the eager one is timed."""
         times: dict[str, dict[str, float | None]] = {w.uuid: {} for w in workloads}
         measured: set[str] = set()
-        for kind in KINDS[self.config.baseline]:
-            cached = self.cached_baselines(kind, workloads) if self.config.reuse_baselines else {}
-            missing = [w for w in workloads if cached.get(w.uuid) is None]
-            if missing and kind != KINDS[self.config.baseline][-1]:
-                self.prepare_workers(2)  # the next kind's worker starts while this one times
-            results = self.time_reference(kind, missing, report).results if missing else {}
-            measured.update(results)
-            for workload in workloads:
-                result = results.get(workload.uuid)
-                times[workload.uuid][kind] = (_median_if_passed(result) if result
-                                              else cached.get(workload.uuid))
+        kinds = KINDS[self.config.baseline]
+        cached = {kind: self.cached_baselines(kind, workloads) if self.config.reuse_baselines
+                  else {} for kind in kinds}
+        missing = {kind: [w for w in workloads if cached[kind].get(w.uuid) is None]
+                   for kind in kinds}
+        ahead = self.start_compile_ahead(missing.get(protocol.REFERENCE_COMPILE, []))
+        try:
+            for kind in kinds:
+                if missing[kind] and kind != kinds[-1]:
+                    self.prepare_workers(2)  # the next kind's worker starts while this one times
+                results = (self.time_reference(kind, missing[kind], report, ahead).results
+                           if missing[kind] else {})
+                measured.update(results)
+                for workload in workloads:
+                    result = results.get(workload.uuid)
+                    times[workload.uuid][kind] = (_median_if_passed(result) if result
+                                                  else cached[kind].get(workload.uuid))
+        finally:
+            if ahead is not None:
+                ahead.close()
         return {uuid: choose(self.config.baseline, kinds, cached=uuid not in measured)
                 for uuid, kinds in times.items()}
+
+    def start_compile_ahead(self, workloads: list[Workload]) -> CompileAhead | None:
+        """The torch.compile baseline's graphs for `workloads`, compiled ahead in parallel
+        processes (compile_ahead.py): where the configuration asks for it (by default on a
+        GPU) and its worker has a sandbox to copy them into."""
+        if not workloads or not self.compiles_ahead():
+            return None
+        root = self.cache_dir / COMPILE_AHEAD_FOLDER
+        with phase("compile_ahead"):
+            return (prepared(self.problem, workloads, self.device, root)
+                    or start_compile_ahead(self.problem, workloads, self.device, root,
+                                           worker_env(self.device.type)))
+
+    def prepare_compile_ahead(self) -> Path | None:
+        """Compile the torch.compile baseline's graphs for this run's workloads now, for the
+        run that times it to find (the local runner calls this while the unit waits)."""
+        if not self.compiles_ahead():
+            return None
+        return prepare(self.problem, list(self.workloads), self.device,
+                       self.cache_dir / COMPILE_AHEAD_FOLDER, worker_env(self.device.type),
+                       processes=COMPILE_AHEAD_PER_UNIT)
+
+    def compiles_ahead(self) -> bool:
+        wanted = self.config.compile_ahead
+        if wanted is None:
+            wanted = self.device.type == "cuda"
+        return wanted and self.supervisor.sandbox_policy().enabled
 
     def with_library(self, baselines: dict[str, BaselineReport | None],
                      workloads: list[Workload],
@@ -310,12 +361,29 @@ class EvaluationRun:
                         f"{failure_cause(result.message)}")
         return times
 
-    def time_reference(self, kind: str, workloads: list[Workload], report: Progress) -> RoleRun:
-        """Time the reference as baseline `kind` in a fresh worker; cache every passing time."""
+    def time_reference(self, kind: str, workloads: list[Workload], report: Progress,
+                       ahead: CompileAhead | None = None) -> RoleRun:
+        """Time the reference as baseline `kind` in a fresh worker; cache every passing time.
+        The compile baseline's worker gets the graphs compiled ahead (`ahead`, or started
+        here), once they are."""
         report(f"timing the reference ({kind}) on {len(workloads)} workloads")
         plan = replace(self.plan, rounds=BASELINE_ROUNDS, verify=BASELINE_VERIFY)
-        with phase(kind, group=True):
-            run = self.supervisor.run(kind, None, None, plan, workloads, _silent)
+        own = None
+        if kind == protocol.REFERENCE_COMPILE and ahead is None:
+            ahead = own = self.start_compile_ahead(workloads)
+        try:
+            with phase(kind, group=True):
+                compiled = None
+                if kind == protocol.REFERENCE_COMPILE and ahead is not None:
+                    with phase("compile_ahead"):
+                        outcome = ahead.wait()
+                    done = sum(v == "compiled" for v in outcome.values())
+                    report(f"torch.compile ahead: {done} of {len(workloads)} workloads")
+                    compiled = ahead.folder
+                run = self.supervisor.run(kind, None, None, plan, workloads, _silent, compiled)
+        finally:
+            if own is not None:
+                own.close()
         with phase("baseline_store"):
             cache = BaselineCache(self.cache_dir / "baselines.jsonl")
             for workload in workloads:

@@ -66,8 +66,10 @@ class Supervisor:
     ahead_root: Path | None = None  # candidates' Triton kernels compiled ahead (jit_ahead.py)
 
     def run(self, role: str, solution: Solution | None, build: Build | None, plan: Plan,
-            workloads: list[Workload], report: Progress) -> RoleRun:
-        """Run `role` over `workloads`; `solution` is the candidate's (None for a baseline)."""
+            workloads: list[Workload], report: Progress,
+            compiled: Path | None = None) -> RoleRun:
+        """Run `role` over `workloads`; `solution` is the candidate's (None for a baseline);
+        `compiled`: the torch.compile baseline's graphs compiled ahead (compile_ahead.py)."""
         pending = list(workloads)
         results: dict[str, WorkloadResult] = {}
         logs: list[str] = []
@@ -84,6 +86,9 @@ class Supervisor:
                 if sandbox is not None:
                     with phase("triton_ahead"):
                         sandbox.copy_in_triton(self._ahead(role, solution))
+                    if role == protocol.REFERENCE_COMPILE:
+                        with phase("compiled_ahead"):
+                            sandbox.copy_in_compiled(compiled)
                 with protected_driver():
                     session = WorkerSession(
                         self._config(role, solution, _placed(build, sandbox), plan),

@@ -9,8 +9,10 @@ the candidate's own worker process as it always does.
 A C++/CUDA solution is compiled ahead, on the CPU cores, the moment it is submitted
 (`prebuilt.build_unit` in a thread; the compiler runs in a process of its own): it takes a slot
 only once its build is in the harness cache, where its unit finds it done, and a solution that
-does not compile comes back as its failure traces without ever taking a slot. Units that are
-ready go first, so a GPU never waits on a compiler.
+does not compile comes back as its failure traces without ever taking a slot. A torch.compile
+baseline's unit waits the same way while its graphs are compiled ahead on the CPU cores
+(`prebuilt.compile_ahead_unit`, harness/compile_ahead.py). Units that are ready go first, so a
+GPU never waits on a compiler.
 
 Each slot keeps spare unit processes started ahead (`unit.py --wait`; two on a GPU, one on the
 CPU: SPARES_AHEAD): while a unit runs, the next ones' interpreters import torch, initialise CUDA
@@ -51,7 +53,13 @@ from solforge.runners.base import (
     describe_machine,
     failure_traces,
 )
-from solforge.runners.prebuilt import BuildRefused, build_unit, needs_build
+from solforge.runners.prebuilt import (
+    BuildRefused,
+    build_unit,
+    compile_ahead_unit,
+    needs_build,
+    needs_compile_ahead,
+)
 from solforge.runners.unit import SPAWNED_AT_ENV
 
 BUILT = -1  # on the queue of ended units: a compile ahead finished, a unit may be ready
@@ -153,8 +161,10 @@ class LocalRunner(TaskRunner):
 
     def submit(self, task: EvalTask, first: bool = False) -> None:
         attempt = Attempt(task)
-        if needs_build(task):
-            future = self._compiler.submit(build_unit, task)
+        ahead = (build_unit if needs_build(task) else
+                 compile_ahead_unit if needs_compile_ahead(task) else None)
+        if ahead is not None:
+            future = self._compiler.submit(ahead, task)
             future.add_done_callback(lambda _: self._ended.put(BUILT))
             self._builds[id(attempt)] = future
         self._queue(attempt, first)

@@ -9,6 +9,10 @@ built beside it (a TVM-FFI solution's library is a loader module that opens its 
 GPU worker writes them to the same place in its own cache before `evaluate`, which finds the
 build done: no GPU is held while a compiler runs. A compile that fails never reaches a GPU:
 its status and the compiler's message come back instead and become the unit's traces.
+
+A torch.compile baseline's unit has a compile step too: its graphs compiled ahead
+(harness/compile_ahead.py) into the harness cache of this machine, where its evaluation finds
+them (the local runner's units share that cache).
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ import torch
 
 from solforge.data.solution import SolutionError, parse_solution
 from solforge.data.trace import Status
+from solforge.harness import protocol
 from solforge.harness.build import BuildFailure, build_solution
-from solforge.harness.evaluate import EvalConfig, default_cache_dir
+from solforge.harness.evaluate import EvalConfig, EvaluationRun, default_cache_dir
+from solforge.problem.suite import open_problem
 from solforge.runners.base import EvalTask
 
 BUILDS = "builds"  # the folder of the harness cache that holds builds (EvaluationRun.candidate)
@@ -42,6 +48,21 @@ class BuildRefused:
     status: Status  # COMPILE_ERROR, TIMEOUT, or RUNTIME_ERROR (cannot run on this device)
     message: str
     seconds: float
+
+
+def needs_compile_ahead(task: EvalTask) -> bool:
+    """A torch.compile baseline: its graphs can be compiled on the CPU cores while its unit
+    waits for a slot (harness/compile_ahead.py; where its configuration compiles ahead)."""
+    return task.baseline == protocol.REFERENCE_COMPILE
+
+
+def compile_ahead_unit(task: EvalTask) -> Path | None:
+    """Compile the unit's torch.compile baseline ahead, here, into the harness cache where its
+    evaluation looks (nothing when its times are stored or its configuration says no)."""
+    run = EvaluationRun(open_problem(task.problem), task.config)
+    if task.config.reuse_baselines and run.stored_reference_traces(task.baseline) is not None:
+        return None
+    return run.prepare_compile_ahead()
 
 
 def needs_build(task: EvalTask) -> bool:

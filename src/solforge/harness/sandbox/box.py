@@ -80,12 +80,22 @@ class Sandbox:
     def copy_in_triton(self, kernels: Path | None) -> None:
         """Merge a candidate's Triton kernels compiled ahead (jit_ahead.py) into this
         sandbox's Triton cache, where its JIT looks them up: regular files only."""
-        if kernels is None or not kernels.is_dir():
+        self._merge_cache(kernels, "triton")
+
+    def copy_in_compiled(self, compiled: Path | None) -> None:
+        """Merge the torch.compile baseline's graphs compiled ahead (compile_ahead.py: their
+        `inductor/` and `triton/` caches) into this sandbox's: regular files only."""
+        if compiled is not None:
+            for name in ("inductor", "triton"):
+                self._merge_cache(compiled / name, name)
+
+    def _merge_cache(self, source: Path | None, name: str) -> None:
+        if source is None or not source.is_dir():
             return
-        cache = self.folder / "cache" / "triton"
-        for path in regular_files(kernels):
-            target = cache / path.relative_to(kernels)
-            with contextlib.suppress(OSError):  # removed meanwhile: that kernel is compiled
+        cache = self.folder / "cache" / name
+        for path in regular_files(source):
+            target = cache / path.relative_to(source)
+            with contextlib.suppress(OSError):  # removed meanwhile: compiled again there
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, target, follow_symlinks=False)
         if cache.is_dir():

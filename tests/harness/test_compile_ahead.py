@@ -1,0 +1,189 @@
+"""The torch.compile baseline's graphs compiled ahead (harness/compile_ahead.py): what the
+worker's own compile then finds in its caches, that nothing runs ahead, and the evaluation that
+hands them to the baseline's worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from solforge.data.trace import Status
+from solforge.harness.compile_ahead import (
+    MAX_INPUT_BYTES,
+    compilable,
+    compile_workloads,
+    empty_inputs,
+    input_bytes,
+    prepared,
+    start_compile_ahead,
+)
+from solforge.harness.evaluate import EvalConfig, evaluate_reference
+from solforge.harness.supervisor import worker_env
+from solforge.problem import load_problem, make_inputs, open_problem
+from solforge.runners.base import EvalTask
+from solforge.runners.prebuilt import compile_ahead_unit, needs_compile_ahead
+
+TESTS = Path(__file__).resolve().parents[1]
+SMALL = TESTS / "fixtures" / "harness" / "rmsnorm_small"
+
+# The worker's own compile (worker.py: torch.compile(run, dynamic=False) on the real inputs),
+# in a fresh process whose Inductor and Triton caches are the folder given; prints Inductor's
+# FX-graph cache counters.
+WORKERS_COMPILE = """
+import json, sys
+from pathlib import Path
+import torch
+from torch._dynamo.utils import counters
+from solforge.problem import load_problem, make_inputs, open_problem
+from solforge.runners.base import EvalTask
+from solforge.runners.prebuilt import compile_ahead_unit, needs_compile_ahead
+from solforge.problem.reference import load_reference_module
+problem = load_problem(Path(sys.argv[1]))
+run = load_reference_module(problem.definition).run
+for workload in problem.workloads:
+    torch._dynamo.reset()
+    torch.compile(run, dynamic=False)(*make_inputs(problem, workload, sys.argv[2]).values())
+print(json.dumps(dict(counters["inductor"])))
+"""
+
+
+def _workers_compile(cache: Path, device: str) -> dict[str, int]:
+    env = {**worker_env(device), "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+           "TRITON_CACHE_DIR": str(cache / "triton")}
+    done = subprocess.run([sys.executable, "-c", WORKERS_COMPILE, str(SMALL), device], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _finds_every_graph(tmp_path: Path, device: str) -> None:
+    """Compiled ahead on empty inputs in another process and folder, the graphs are what the
+    baseline's worker compiles from the real inputs: every one is an FX-graph cache hit in
+    a copy of the folder; without it, every one is a miss."""
+    problem = load_problem(SMALL)
+    ahead = start_compile_ahead(problem, list(problem.workloads), torch.device(device),
+                                tmp_path / "ahead", worker_env(device), processes=2)
+    assert ahead is not None and len(ahead.children) == 2
+    outcome = ahead.wait()
+    assert outcome == {w.uuid: "compiled" for w in problem.workloads}
+    copy = tmp_path / "copy"
+    shutil.copytree(ahead.folder, copy)
+    ahead.close()
+    assert not ahead.folder.exists()
+    workloads = len(problem.workloads)
+    found = _workers_compile(copy, device)
+    assert (found.get("fxgraph_cache_hit"), found.get("fxgraph_cache_miss")) == (workloads, None)
+    cold = _workers_compile(tmp_path / "empty", device)
+    assert (cold.get("fxgraph_cache_hit"), cold.get("fxgraph_cache_miss")) == (None, workloads)
+
+
+@pytest.mark.slow
+def test_the_workers_compile_finds_every_graph_compiled_ahead(tmp_path):
+    _finds_every_graph(tmp_path, "cpu")
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_workers_compile_finds_every_graph_compiled_ahead(tmp_path):
+    """The same with Inductor's Triton kernels: what the H200 is to confirm."""
+    _finds_every_graph(tmp_path, "cuda")
+
+
+def test_nothing_runs_ahead(tmp_path):
+    """A reference that would do something outside one graph is refused while it is traced
+    (fullgraph): nothing of it runs; one that traces is compiled, never run."""
+    problem = load_problem(SMALL)
+    marker = tmp_path / "ran"
+    side_effect = problem.definition.reference.replace(
+        "    x = hidden_states.to(torch.float32)",
+        f"    open({str(marker)!r}, 'w').write('ran')\n    x = hidden_states.to(torch.float32)")
+    assert side_effect != problem.definition.reference
+    effectful = replace(problem, definition=replace(problem.definition, reference=side_effect))
+    workload = problem.workloads[0]
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        (refused,) = compile_workloads(effectful, [workload], torch.device("cpu")).values()
+    assert refused != "compiled" and not marker.exists()
+
+
+def test_inputs_have_the_workloads_layout():
+    """What the graph specialises on (shapes, dtypes, strides, scalars) is the real inputs'."""
+    problem = load_problem(SMALL)
+    for workload in problem.workloads:
+        real = list(make_inputs(problem, workload, "cpu").values())
+        for empty, value in zip(empty_inputs(problem, workload, torch.device("cpu")), real,
+                                strict=True):
+            if isinstance(value, torch.Tensor):
+                assert (empty.shape, empty.stride(), empty.dtype, empty.device) == \
+                    (value.shape, value.stride(), value.dtype, value.device)
+            else:
+                assert empty == value
+
+
+def test_only_workloads_known_without_running_anything_are_compiled_ahead():
+    ragged = open_problem("fib/gqa_ragged_prefill_llama3_1_8b")
+    assert compilable(ragged, list(ragged.workloads)) == []  # indptrs from custom code
+    small = load_problem(SMALL)
+    assert compilable(small, list(small.workloads)) == list(small.workloads)
+    softmax = open_problem("l1/softmax_qwen3_8b_vocab_temperature")  # up to 4.6 GiB of logits
+    kept = compilable(softmax, list(softmax.workloads))
+    assert kept and len(kept) < len(softmax.workloads)
+    assert all(input_bytes(softmax, w) <= MAX_INPUT_BYTES for w in kept)
+
+
+@pytest.mark.slow
+def test_the_compile_baselines_worker_gets_them(tmp_path):
+    """Through evaluate_reference: the graphs are compiled ahead, copied into the sandboxed
+    worker's caches, and the baseline passes; off (the CPU's default), nothing is started."""
+    problem = load_problem(SMALL)
+    said: list[str] = []
+    config = EvalConfig(device="cpu", compile_ahead=True, reuse_baselines=False,
+                        cache_dir=tmp_path / "cache",
+                        workloads=tuple(w.uuid for w in problem.workloads))
+    traces = evaluate_reference(problem, "compile", config, said.append)
+    assert {t.evaluation.status for t in traces} == {Status.PASSED}
+    assert f"torch.compile ahead: {len(problem.workloads)} of {len(problem.workloads)} " \
+           "workloads" in said
+    assert os.listdir(tmp_path / "cache" / "compile-ahead") == []  # removed once used
+    said.clear()
+    evaluate_reference(problem, "compile", replace(config, compile_ahead=None), said.append)
+    assert not any("ahead" in line for line in said)
+
+
+def test_the_local_runner_compiles_only_a_compile_baseline_ahead():
+    config = EvalConfig(device="cpu")
+    assert needs_compile_ahead(EvalTask(str(SMALL), config, baseline="compile"))
+    assert not needs_compile_ahead(EvalTask(str(SMALL), config, baseline="eager"))
+    assert not needs_compile_ahead(EvalTask(str(SMALL), config, solution={"name": "x"}))
+
+
+@pytest.mark.slow
+def test_a_unit_compiled_ahead_by_the_runner_is_found_by_its_evaluation(tmp_path):
+    """The runner's compile pool prepares the unit's graphs under a key of its definition,
+    workloads and device; the unit's evaluation finds that folder, starts nothing, uses it
+    and removes it. Off by configuration (the CPU's default), nothing is prepared."""
+    problem = load_problem(SMALL)
+    config = EvalConfig(device="cpu", compile_ahead=True, reuse_baselines=False,
+                        cache_dir=tmp_path / "cache",
+                        workloads=tuple(w.uuid for w in problem.workloads))
+    task = EvalTask(str(SMALL), config, baseline="compile")
+    folder = compile_ahead_unit(task)
+    assert folder is not None and folder.parent == tmp_path / "cache" / "compile-ahead"
+    assert prepared(problem, list(problem.workloads), torch.device("cpu"),
+                    folder.parent) is not None
+    said: list[str] = []
+    traces = evaluate_reference(problem, "compile", config, said.append)
+    assert {t.evaluation.status for t in traces} == {Status.PASSED}
+    assert f"torch.compile ahead: {len(problem.workloads)} of {len(problem.workloads)} " \
+           "workloads" in said
+    assert not folder.exists()
+    assert compile_ahead_unit(replace(task, config=replace(config, compile_ahead=None))) is None
