@@ -1,15 +1,19 @@
 """Where one evaluation's time goes, workload by workload: the per-phase table of issue 13.
 
     python benchmarks/eval_phases.py PROBLEM SOLUTION [-o OUT.json] [--device cuda|cpu]
-        [--baseline eager|compile|best] [--runs 2] [--cache DIR]
+        [--baseline eager|compile|best] [--runs 2] [--cache DIR] [--compile-ahead on|off|both]
 
 Evaluates SOLUTION on PROBLEM `--runs` times in this process with one cache folder: the first
-run times the baselines (cold), later runs find them stored (warm). Each run prints its phase
-table (harness/phases.py: driver phases, among them `send_inputs`, `take_outputs` and
-`compare`, plus `round_*` and `loop_*`, the worker's own account of its work in the correctness
-rounds and the timed loops), the seconds between progress lines (one per workload), and per
-workload the status, how inputs and outputs crossed (`handover`), the timed iterations and the
-median. OUT.json keeps all of it with the machine it ran on.
+run times the baselines (cold), later runs find them stored (warm). `--compile-ahead` sets
+whether the torch.compile baseline's graphs are compiled ahead (harness/compile_ahead.py; "on":
+the device's default, on a GPU only); `both` first adds a cold run without, in a cache folder
+of its own, so the two cold runs show what compiling ahead moves (`compile/compile_ahead`, the
+wait for it; `compile/round_calls`, the worker's first calls, its compile included). Each run
+prints its phase table (harness/phases.py: driver phases, among them `send_inputs`,
+`take_outputs` and `compare`, plus `round_*` and `loop_*`, the worker's own account of its work
+in the correctness rounds and the timed loops), the seconds between progress lines (one per
+workload), and per workload the status, how inputs and outputs crossed (`handover`), the timed
+iterations and the median. OUT.json keeps all of it with the machine it ran on.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,16 +77,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", default="best", choices=("eager", "compile", "best"))
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--cache", type=Path, default=None)
+    parser.add_argument("--compile-ahead", default="on", choices=("on", "off", "both"))
     args = parser.parse_args(argv)
     problem = open_problem(args.problem)
     solution = load_solution(args.solution, problem.name)
     cache = args.cache or Path(tempfile.mkdtemp(prefix="solforge-phases-"))
-    config = EvalConfig(device=args.device, baseline=args.baseline, cache_dir=cache)
+    ahead = None if args.compile_ahead != "off" else False  # None: the device's default
+    config = EvalConfig(device=args.device, baseline=args.baseline, cache_dir=cache,
+                        compile_ahead=ahead)
+    plan = [("cold", config) if number == 0 else ("warm", config) for number in range(args.runs)]
+    if args.compile_ahead == "both":
+        without = replace(config, compile_ahead=False,
+                          cache_dir=Path(tempfile.mkdtemp(prefix="solforge-phases-")))
+        plan.insert(0, ("cold, not compiled ahead", without))
     runs = []
-    for number in range(args.runs):
-        run = one_run(problem, solution, config)
+    for number, (label, run_config) in enumerate(plan):
+        run = one_run(problem, solution, run_config)
+        run["compile_ahead"] = run_config.compile_ahead is not False
         runs.append(run)
-        print(f"run {number + 1} ({'cold' if number == 0 else 'warm'}): {run['wall_seconds']} s")
+        print(f"run {number + 1} ({label}): {run['wall_seconds']} s")
         print(format_table(run["phases"]))
         for line in run["workloads"]:
             print(json.dumps(line))

@@ -50,7 +50,8 @@
 #                        OUTDIR/flashinfer-setup.json). Later stages and calls on the machine
 #                        find FlashInfer in FI_SITE; the libraries stage leaves a FlashInfer
 #                        baseline whose module is not built yet for a later call.
-#           phases       one evaluation's phase table, cold then warm (benchmarks/eval_phases.py)
+#           phases       one evaluation's phase table, cold (without the torch.compile baseline
+#                        compiled ahead, then with it) and warm (benchmarks/eval_phases.py)
 #           ipc          CUDA IPC between uids (benchmarks/cuda_ipc_probe.py; run as root)
 #
 # HARNESS_PARTS (default: all) picks the parts of benchmarks/harness_gpu.py the harness stage runs.
@@ -276,6 +277,7 @@ stage_libraries() {
 stage_phases() {
     "$python" benchmarks/eval_phases.py l1/rmsnorm_llama3_1_8b \
         src/solforge/solutions/l1/rmsnorm_llama3_1_8b/triton_rmsnorm.json --runs 2 \
+        --compile-ahead both \
         -o "$out/phases.json" 2>&1 | tee "$out/phases.log"
 }
 

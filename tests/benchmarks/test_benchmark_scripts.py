@@ -349,3 +349,26 @@ def test_examples_script_finds_both_layouts():
     assert [(e.key, e.trace_set, e.solution.languages) for e in found] == [
         ("sol-execbench/pytorch/rmsnorm_tiny/solution_python.json", False, ("pytorch",)),
         ("flashinfer-bench/Tiny-Trace/solutions/rmsnorm_small_dps.json", True, ("python",))]
+
+
+def test_eval_phases_can_put_a_cold_run_without_compile_ahead_first(tmp_path, monkeypatch):
+    """`--compile-ahead both`: a cold run with the torch.compile baseline not compiled ahead,
+    in a cache of its own, then the cold and warm runs with it (the device's default)."""
+    script = _load_script(REPO / "benchmarks" / "eval_phases.py", monkeypatch)
+    configs = []
+
+    def one_run(problem, solution, config):
+        configs.append(config)
+        return {"wall_seconds": 1.0, "phases": {}, "steps": [], "workloads": []}
+
+    monkeypatch.setattr(script, "one_run", one_run)
+    monkeypatch.setattr(script, "recorded_environment", lambda device: {})
+    out = tmp_path / "phases.json"
+    script.main(["l1/rmsnorm_llama3_1_8b",
+                 str(REPO / "src/solforge/solutions/l1/rmsnorm_llama3_1_8b/triton_rmsnorm.json"),
+                 "--device", "cpu", "--compile-ahead", "both", "--cache", str(tmp_path / "c"),
+                 "-o", str(out)])
+    assert [c.compile_ahead for c in configs] == [False, None, None]
+    assert configs[0].cache_dir != configs[1].cache_dir == configs[2].cache_dir
+    assert [r["compile_ahead"] for r in json.loads(out.read_text())["runs"]] == [False, True,
+                                                                                  True]
