@@ -44,6 +44,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,8 +60,20 @@ from solforge.problem.reference import load_reference_module
 
 FOLDER = "compile-ahead"  # under the harness cache folder (EvalConfig.cache_dir)
 MAX_PROCESSES = 8
-MAX_INPUT_BYTES = 4 * 2**30  # one workload's inputs, held on the device while it is compiled
+MAX_INPUT_BYTES = 2 * 2**30  # one workload's inputs, held on the device while it is compiled
 WAIT_S = 600.0  # the most the compile baseline waits for them; then its worker compiles
+
+
+_RUNNING: set[subprocess.Popen] = set()  # every child started here and not yet waited for
+_LOCK = threading.Lock()
+
+
+def stop_all() -> None:
+    """Kill every child still compiling (a runner stopping: its waits then return at once)."""
+    with _LOCK:
+        running = list(_RUNNING)
+    for process in running:
+        kill_group(process)
 
 
 class Compiled(Exception):
@@ -141,6 +154,8 @@ class CompileAhead:
                 process.communicate(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 kill_group(process)
+            with _LOCK:
+                _RUNNING.discard(process)
         self.children = []
         outcome: dict[str, str] = {}
         for result in sorted(self.folder.glob("result-*.json")):
@@ -152,6 +167,8 @@ class CompileAhead:
         """Stop what still runs and remove the folder."""
         for process, _ in self.children:
             kill_group(process)
+            with _LOCK:
+                _RUNNING.discard(process)
         self.children = []
         shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -177,7 +194,10 @@ def start_compile_ahead(problem: Problem, workloads: list[Workload], device: tor
                                      "root": str(problem.root)}))
         argv = python_command("solforge.harness.compile_ahead", str(share), str(device),
                               str(result))
-        children.append((start(argv, env, folder), result))
+        process = start(argv, env, folder)
+        with _LOCK:
+            _RUNNING.add(process)
+        children.append((process, result))
     return CompileAhead(folder, children, len(chosen))
 
 

@@ -41,6 +41,7 @@ import torch
 
 from solforge.defaults import resolve_device
 from solforge.errors import SolforgeError
+from solforge.harness import compile_ahead
 from solforge.harness.pool import enabled as spares_enabled
 from solforge.harness.process import describe_exit, kill_group, python_command, python_env
 from solforge.runners.base import (
@@ -64,6 +65,7 @@ from solforge.runners.unit import SPAWNED_AT_ENV
 
 BUILT = -1  # on the queue of ended units: a compile ahead finished, a unit may be ready
 COMPILE_WORKERS = max(1, min(8, (os.cpu_count() or 2) // 2))  # builds ahead at once
+BASELINES_AHEAD = 2  # torch.compile baselines compiled ahead at once (prebuilt.compile_ahead_unit)
 # Spare unit processes kept ahead per slot. A spare is ready about 10 s after it starts (its own
 # interpreter, then its harness worker's) while a GPU unit of a template candidate lasts about
 # 8 s (H200, 2026-12-01): with one spare every other unit waited for it. Two on a GPU; one per
@@ -156,15 +158,19 @@ class LocalRunner(TaskRunner):
         self._started = 0
         self._device_type = requested.type
         self._compiler = ThreadPoolExecutor(COMPILE_WORKERS, "compile-ahead")
+        # torch.compile baselines compiled ahead: a few units at once, each in a few processes
+        # holding a CUDA context and one workload's inputs (compile_ahead.MAX_INPUT_BYTES)
+        self._baselines_ahead = ThreadPoolExecutor(BASELINES_AHEAD, "baseline-compile-ahead")
         self._builds: dict[int, Future] = {}  # id(attempt) -> its build ahead
         self._refused: dict[int, tuple[Attempt, Ended]] = {}  # ended without a process
 
     def submit(self, task: EvalTask, first: bool = False) -> None:
         attempt = Attempt(task)
-        ahead = (build_unit if needs_build(task) else
-                 compile_ahead_unit if needs_compile_ahead(task) else None)
-        if ahead is not None:
-            future = self._compiler.submit(ahead, task)
+        pool = (self._compiler if needs_build(task) else
+                self._baselines_ahead if needs_compile_ahead(task) else None)
+        if pool is not None:
+            ahead = build_unit if pool is self._compiler else compile_ahead_unit
+            future = pool.submit(ahead, task)
             future.add_done_callback(lambda _: self._ended.put(BUILT))
             self._builds[id(attempt)] = future
         self._queue(attempt, first)
@@ -262,6 +268,8 @@ class LocalRunner(TaskRunner):
         """SIGTERM every unit (it closes its candidate's worker on the way out), then SIGKILL
         whatever is left after the grace period."""
         self._compiler.shutdown(wait=False, cancel_futures=True)
+        self._baselines_ahead.shutdown(wait=False, cancel_futures=True)
+        compile_ahead.stop_all()  # a compile still running ahead ends now, not at exit
         processes = [unit.process for unit in self._units.values()]
         processes += [spare.process for spares in self._spares.values() for spare in spares]
         for process in processes:

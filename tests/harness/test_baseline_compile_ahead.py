@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from solforge.harness.compile_ahead import (
     input_bytes,
     prepared,
     start_compile_ahead,
+    stop_all,
 )
 from solforge.harness.evaluate import EvalConfig, evaluate_reference
 from solforge.harness.supervisor import worker_env
@@ -187,3 +189,16 @@ def test_a_unit_compiled_ahead_by_the_runner_is_found_by_its_evaluation(tmp_path
            "workloads" in said
     assert not folder.exists()
     assert compile_ahead_unit(replace(task, config=replace(config, compile_ahead=None))) is None
+
+
+def test_a_runner_stopping_ends_the_compiles_still_running(tmp_path):
+    """A runner stopped at its deadline must not wait, at exit, for compiles it no longer
+    needs: stop_all kills them, and their wait returns at once."""
+    problem = load_problem(SMALL)
+    ahead = start_compile_ahead(problem, list(problem.workloads), torch.device("cpu"),
+                                tmp_path, worker_env("cpu"), processes=1)
+    stop_all()
+    began = time.monotonic()
+    assert ahead.wait() == {}
+    assert time.monotonic() - began < 10
+    ahead.close()
