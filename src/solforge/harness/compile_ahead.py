@@ -120,11 +120,16 @@ def compile_workloads(problem: Problem, workloads: list[Workload],
             torch.compile(run, dynamic=False, fullgraph=True, backend=compile_only)(*inputs)
             outcome[workload.uuid] = "ran: the backend did not stop it"
         except Exception as exc:
-            outcome[workload.uuid] = ("compiled" if _stopped(exc) else
-                                      f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                                      if str(exc) else type(exc).__name__)
+            outcome[workload.uuid] = "compiled" if _stopped(exc) else _first_line(exc)
         del inputs
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the next workload's inputs, or another process's
     return outcome
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
 
 
 def _stopped(exc: BaseException) -> bool:

@@ -42,7 +42,7 @@ from solforge.data.workload import Workload
 from solforge.defaults import resolve_device, resolve_profile
 from solforge.errors import SolforgeError
 from solforge.failures import failure_cause
-from solforge.harness import protocol
+from solforge.harness import compile_ahead, protocol
 from solforge.harness.baseline import (
     BASELINES,
     KINDS,
@@ -52,13 +52,7 @@ from solforge.harness.baseline import (
     reference_solution_name,
 )
 from solforge.harness.build import BuildFailure, build_solution
-from solforge.harness.compile_ahead import FOLDER as COMPILE_AHEAD_FOLDER
-from solforge.harness.compile_ahead import (
-    CompileAhead,
-    prepare,
-    prepared,
-    start_compile_ahead,
-)
+from solforge.harness.compile_ahead import CompileAhead
 from solforge.harness.judge import Plan, WorkloadResult
 from solforge.harness.library_baselines import (
     LibraryBaseline,
@@ -288,20 +282,21 @@ class EvaluationRun:
         GPU) and its worker has a sandbox to copy them into."""
         if not workloads or not self.compiles_ahead():
             return None
-        root = self.cache_dir / COMPILE_AHEAD_FOLDER
+        root = self.cache_dir / compile_ahead.FOLDER
         with phase("compile_ahead"):
-            return (prepared(self.problem, workloads, self.device, root)
-                    or start_compile_ahead(self.problem, workloads, self.device, root,
-                                           worker_env(self.device.type)))
+            return (compile_ahead.prepared(self.problem, workloads, self.device, root)
+                    or compile_ahead.start_compile_ahead(self.problem, workloads, self.device,
+                                                         root, worker_env(self.device.type)))
 
     def prepare_compile_ahead(self) -> Path | None:
         """Compile the torch.compile baseline's graphs for this run's workloads now, for the
         run that times it to find (the local runner calls this while the unit waits)."""
         if not self.compiles_ahead():
             return None
-        return prepare(self.problem, list(self.workloads), self.device,
-                       self.cache_dir / COMPILE_AHEAD_FOLDER, worker_env(self.device.type),
-                       processes=COMPILE_AHEAD_PER_UNIT)
+        return compile_ahead.prepare(self.problem, list(self.workloads), self.device,
+                                     self.cache_dir / compile_ahead.FOLDER,
+                                     worker_env(self.device.type),
+                                     processes=COMPILE_AHEAD_PER_UNIT)
 
     def compiles_ahead(self) -> bool:
         wanted = self.config.compile_ahead
