@@ -3,7 +3,7 @@ L2 problems, within a deadline per call, resumable, and the goal numbers from wh
 
     python benchmarks/forge_gpu.py OUTDIR [PROBLEM ...] [--count 24] [--budget 32]
                                    [--patience 8] [--deadline-s 540] [--device cuda|cpu]
-                                   [--name h200] [--compose [--seeds]]
+                                   [--name h200] [--compose [--seeds]] [--again TEXT ...]
 
 Problems: those given, else the first --count bundled L1 and L2 problems that a template
 applies to, in suite order. Each is searched with up to --budget candidates into
@@ -29,6 +29,13 @@ torch.compile on at least 80% (the `forge` keys of NAME-goals.json, merged with
 suite_gpu.py's); and where the search stalls (problems below 0.75 of the speed of
 light, with their binding bound and their elites' cells). `--device cpu` runs the CPU mode
 (smallest workload, speedups only): what tests/benchmarks/test_benchmark_scripts.py runs.
+
+`--again TEXT` searches again the finished problems whose address contains a TEXT, after one
+of their templates changed: their lines in NAME-forge.jsonl, NAME-forge-cuts.jsonl and
+NAME-forge-compose.jsonl are dropped when the call starts, and the archive judges the changed
+template's candidates anew (a candidate is found by the hash of its sources), beside the
+earlier ones. Give it to one call only: a search it starts and the deadline cuts goes on in the
+next call as any cut search does.
 
 A search ends with a per-shape composite (solforge.forge.compose: each workload shape sent to
 the candidate fastest on it), judged like any candidate. `--compose` adds one to the problems
@@ -104,6 +111,7 @@ class Call:
     patience: int | None = None
     compose: bool = False  # compose the finished problems instead of searching
     seeds: bool = False  # with compose: judge the templates' seeds the archive lacks first
+    again: tuple[str, ...] = ()  # search again the finished problems whose address has one
 
     @property
     def progress(self) -> Path:
@@ -134,7 +142,24 @@ def default_problems(count: int) -> list[str]:
     return chosen
 
 
+def forget(call: Call) -> list[str]:
+    """Drop what the progress, cuts and compose files hold of the problems `call.again` names;
+    the problems forgotten."""
+    forgotten: set[str] = set()
+    for path in (call.progress, call.cuts, call.composed):
+        lines = _lines(path)
+        kept = [line for line in lines
+                if not any(text in json.loads(line)["problem"] for text in call.again)]
+        forgotten |= {json.loads(line)["problem"] for line in lines} - \
+            {json.loads(line)["problem"] for line in kept}
+        if len(kept) < len(lines):
+            path.write_text("".join(f"{line}\n" for line in kept))
+    return sorted(forgotten)
+
+
 def search_until_deadline(call: Call, started: float) -> None:
+    if call.again:
+        log(f"searched again: {', '.join(forget(call)) or 'none of them was finished'}")
     done = {json.loads(line)["problem"] for line in _lines(call.progress)}
     store = open_store(f"sqlite:///{call.out / 'forge.db'}")
     with open_runner("local", call.device, 1) as runner:
@@ -423,9 +448,13 @@ def main() -> None:
     parser.add_argument("--seeds", action="store_true",
                         help="with --compose: first judge each template's seeds that the "
                              "archive lacks")
+    parser.add_argument("--again", nargs="+", default=[], metavar="TEXT",
+                        help="search again the finished problems whose address has a TEXT")
     args = parser.parse_args()
     if args.seeds and not args.compose:
         parser.error("--seeds goes with --compose (a search tries the seeds first anyway)")
+    if args.again and args.compose:
+        parser.error("--again searches: it does not go with --compose")
     started = time.monotonic()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA GPU: run on the H200, or pass --device cpu")
@@ -433,7 +462,7 @@ def main() -> None:
     name = args.name or ("h200" if args.device == "cuda" else "cpu")
     call = Call(args.out.resolve(), args.problems or default_problems(args.count), args.budget,
                 args.deadline_s, args.device, name, args.patience or None, args.compose,
-                args.seeds)
+                args.seeds, tuple(args.again))
     if call.compose:
         compose_until_deadline(call, started)
     else:

@@ -17,7 +17,9 @@
 #                        per-shape composite to the problems already finished instead of
 #                        searching: forge_gpu.py --compose, and FORGE_SEEDS=1 with it judges
 #                        the templates' seeds the archive lacks first (--seeds);
-#                        FORGE_PROBLEMS="tier/name ..." limits either to those problems)
+#                        FORGE_PROBLEMS="tier/name ..." limits either to those problems;
+#                        FORGE_AGAIN="TEXT ..." searches again the finished problems whose
+#                        address has a TEXT, after their template changed: one call only)
 #           hgemm        the HGEMM tuner and benchmark (issue 7; carry nvmath-python)
 #           sandbox      the sandbox's cost per candidate on the GPU (benchmarks/sandbox_cost.py)
 #           floor        the launch floor: near-empty kernels, cold and warm L2
@@ -182,6 +184,7 @@ stage_forge() {
     local compose=()
     [ "${FORGE_COMPOSE:-0}" = 1 ] && compose=(--compose)
     [ "${FORGE_COMPOSE:-0}" = 1 ] && [ "${FORGE_SEEDS:-0}" = 1 ] && compose+=(--seeds)
+    [ -n "${FORGE_AGAIN:-}" ] && [ "${FORGE_COMPOSE:-0}" != 1 ] && compose+=(--again $FORGE_AGAIN)
     # shellcheck disable=SC2086
     "$python" benchmarks/forge_gpu.py "$out/forge" ${FORGE_PROBLEMS:-} --deadline-s "$deadline" \
         "${compose[@]}" 2>&1 | tee -a "$out/forge.log"

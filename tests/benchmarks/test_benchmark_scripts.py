@@ -372,3 +372,33 @@ def test_eval_phases_can_put_a_cold_run_without_compile_ahead_first(tmp_path, mo
     assert configs[0].cache_dir != configs[1].cache_dir == configs[2].cache_dir
     assert [r["compile_ahead"] for r in json.loads(out.read_text())["runs"]] == [False, True,
                                                                                   True]
+
+
+def test_forge_again_forgets_the_finished_problems_it_names_and_searches_them(tmp_path,
+                                                                              monkeypatch):
+    """`--again TEXT` drops the progress, cut and compose lines of the problems whose address
+    has TEXT (and only theirs), so the call searches them again; the others stay done."""
+    from contextlib import nullcontext
+
+    script = _load_script(FORGE_SCRIPT, monkeypatch)
+    call = script.Call(tmp_path, ["l1/gelu_whisper_large_v3", "l1/rmsnorm_llama3_1_8b"], 10,
+                       1000.0, "cpu", "cpu", again=("gelu",))
+    lines = {path: [{"problem": p, "judged": 1, "best": None} for p in call.problems]
+             for path in (call.progress, call.cuts, call.composed)}
+    for path, records in lines.items():
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    searched = []
+    monkeypatch.setattr(script, "open_store", lambda url: None)
+    monkeypatch.setattr(script, "open_runner", lambda *args: nullcontext())
+    monkeypatch.setattr(script, "search_problem",
+                        lambda call, store, address, runner, search_s: searched.append(address)
+                        or {"problem": address, "judged": 2, "best": None, "converged": True,
+                            "search_seconds": 1.0})
+    script.search_until_deadline(call, time.monotonic())
+    assert searched == ["l1/gelu_whisper_large_v3"]
+    for path in (call.cuts, call.composed):
+        assert [json.loads(line)["problem"] for line in path.read_text().splitlines()] == \
+            ["l1/rmsnorm_llama3_1_8b"]
+    progress = [json.loads(line) for line in call.progress.read_text().splitlines()]
+    assert [(r["problem"], r["judged"]) for r in progress] == \
+        [("l1/rmsnorm_llama3_1_8b", 1), ("l1/gelu_whisper_large_v3", 2)]

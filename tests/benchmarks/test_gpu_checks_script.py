@@ -173,3 +173,18 @@ def test_deadline_s_is_the_whole_calls(tmp_path):
     (judged,) = [c for c in calls if "library_baselines_gpu.py" in c]
     assert int(judged.split("--deadline-s ")[1].split()[0]) <= given - 2
     assert not any("hgemm_launch_host.py" in c for c in calls)  # 7 s gone by then
+
+
+def test_forge_again_is_passed_on_to_a_search_not_a_composition(tmp_path):
+    python, calls = tmp_path / "python", tmp_path / "calls.txt"
+    python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n')
+    python.chmod(0o755)
+    for compose in ("0", "1"):
+        env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls),
+               "FORGE_AGAIN": "gelu geglu", "FORGE_COMPOSE": compose}
+        done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / f"out{compose}"), "forge"],
+                              env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert done.returncode == 0, done.stdout + done.stderr
+    search, composition = [c for c in calls.read_text().splitlines() if "forge_gpu.py" in c]
+    assert search.endswith("--again gelu geglu")
+    assert "--again" not in composition and composition.endswith("--compose")

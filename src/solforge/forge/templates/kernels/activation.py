@@ -1,9 +1,15 @@
 """An activation over the last axis, plain (out = act(x)) or gated (out = act(gate) * up).
 
 The gated form reads vLLM's fused layout: each row of the input holds the gate half, then the
-up half (SwiGLU with silu, GeGLU with gelu). Program (row, c) handles columns
-[c * BLOCK, (c + 1) * BLOCK) of one row. DRAM traffic is the fused minimum: every input element
-read once, every output written once (gated: 3 * width elements per row; plain: 2 * width).
+up half (SwiGLU with silu, GeGLU with gelu). A 1-D grid of tiles: tile t handles columns
+[c * BLOCK, (c + 1) * BLOCK) of row t // BLOCKS_PER_ROW, c = t % BLOCKS_PER_ROW, so a row's
+column blocks are consecutive programs and consecutive programs walk consecutive addresses, as
+a flat elementwise kernel does. A (row, column block) grid runs rows fastest instead:
+neighbouring programs then read chunks a whole row apart, and on the H200 that cost the shipped
+SwiGLU 3% against torch.compile (2026-12-03) and left this template's GELU at 0.94x
+torch.compile where the shipped flat kernel ran at 1.14x (2026-12-04). DRAM traffic is the fused
+minimum: every input element read once, every output written once (gated: 3 * width elements
+per row; plain: 2 * width).
 
 VECTOR is the access width in elements: the column indices are declared to come in aligned
 runs of VECTOR (tl.multiple_of / tl.max_contiguous), so where the row stride allows it each
@@ -49,9 +55,10 @@ def _activate(x, ACTIVATION: tl.constexpr):
 def _activation_rows(in_ptr, out_ptr, width, in_row_stride, out_row_stride,
                      ACTIVATION: tl.constexpr, GATED: tl.constexpr,
                      ROUND_ACTIVATION: tl.constexpr, BLOCK: tl.constexpr,
-                     VECTOR: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+                     VECTOR: tl.constexpr, BLOCKS_PER_ROW: tl.constexpr):
+    tile = tl.program_id(0)
+    row = (tile // BLOCKS_PER_ROW).to(tl.int64)
+    cols = (tile % BLOCKS_PER_ROW) * BLOCK + tl.arange(0, BLOCK)
     cols = tl.max_contiguous(tl.multiple_of(cols, VECTOR), VECTOR)
     mask = cols < width
     in_row = in_ptr + row * in_row_stride
@@ -69,7 +76,8 @@ def _activation_rows(in_ptr, out_ptr, width, in_row_stride, out_row_stride,
 def activation(x, out):
     """out[r, :] = act(x[r, :]) or act(gate) * up, for a 2-D x and out."""
     rows, width = out.shape
-    grid = (rows, triton.cdiv(width, BLOCK))
-    _activation_rows[grid](x, out, width, x.stride(0), out.stride(0), ACTIVATION=ACTIVATION,
-                           GATED=GATED, ROUND_ACTIVATION=ROUND_ACTIVATION, BLOCK=BLOCK,
-                           VECTOR=VECTOR, num_warps=NUM_WARPS)
+    blocks_per_row = triton.cdiv(width, BLOCK)
+    _activation_rows[(rows * blocks_per_row,)](
+        x, out, width, x.stride(0), out.stride(0), ACTIVATION=ACTIVATION, GATED=GATED,
+        ROUND_ACTIVATION=ROUND_ACTIVATION, BLOCK=BLOCK, VECTOR=VECTOR,
+        BLOCKS_PER_ROW=blocks_per_row, num_warps=NUM_WARPS)
