@@ -161,6 +161,7 @@ class LocalRunner(TaskRunner):
         # torch.compile baselines compiled ahead: a few units at once, each in a few processes
         # holding a CUDA context and one workload's inputs (compile_ahead.MAX_INPUT_BYTES)
         self._baselines_ahead = ThreadPoolExecutor(BASELINES_AHEAD, "baseline-compile-ahead")
+        self._stopping = False
         self._builds: dict[int, Future] = {}  # id(attempt) -> its build ahead
         self._refused: dict[int, tuple[Attempt, Ended]] = {}  # ended without a process
 
@@ -169,12 +170,16 @@ class LocalRunner(TaskRunner):
         pool = (self._compiler if needs_build(task) else
                 self._baselines_ahead if needs_compile_ahead(task) else None)
         if pool is not None:
-            ahead = build_unit if pool is self._compiler else compile_ahead_unit
+            ahead = build_unit if pool is self._compiler else self._compile_ahead
             future = pool.submit(ahead, task)
             future.add_done_callback(lambda _: self._ended.put(BUILT))
             self._builds[id(attempt)] = future
         self._queue(attempt, first)
         self._fill()
+
+    def _compile_ahead(self, task: EvalTask) -> Path | None:
+        """The unit's torch.compile baseline compiled ahead, unless the runner is stopping."""
+        return None if self._stopping else compile_ahead_unit(task)
 
     def _ready(self, attempt: Attempt) -> bool:
         future = self._builds.get(id(attempt))
@@ -267,6 +272,7 @@ class LocalRunner(TaskRunner):
     def _stop_all(self) -> None:
         """SIGTERM every unit (it closes its candidate's worker on the way out), then SIGKILL
         whatever is left after the grace period."""
+        self._stopping = True
         self._compiler.shutdown(wait=False, cancel_futures=True)
         self._baselines_ahead.shutdown(wait=False, cancel_futures=True)
         compile_ahead.stop_all()  # a compile still running ahead ends now, not at exit
