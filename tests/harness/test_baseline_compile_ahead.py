@@ -27,7 +27,7 @@ from solforge.harness.compile_ahead import (
     start_compile_ahead,
     stop_all,
 )
-from solforge.harness.evaluate import EvalConfig, evaluate_reference
+from solforge.harness.evaluate import EvalConfig, EvaluationRun, evaluate_reference
 from solforge.harness.supervisor import worker_env
 from solforge.problem import load_problem, make_inputs, open_problem
 from solforge.runners.base import EvalTask
@@ -145,7 +145,7 @@ def test_only_workloads_known_without_running_anything_are_compiled_ahead():
 @pytest.mark.slow
 def test_the_compile_baselines_worker_gets_them(tmp_path):
     """Through evaluate_reference: the graphs are compiled ahead, copied into the sandboxed
-    worker's caches, and the baseline passes; off (the CPU's default), nothing is started."""
+    worker's caches, and the baseline passes; by default on the CPU, nothing is started."""
     problem = load_problem(SMALL)
     said: list[str] = []
     config = EvalConfig(device="cpu", compile_ahead=True, reuse_baselines=False,
@@ -156,9 +156,8 @@ def test_the_compile_baselines_worker_gets_them(tmp_path):
     assert f"torch.compile ahead: {len(problem.workloads)} of {len(problem.workloads)} " \
            "workloads" in said
     assert os.listdir(tmp_path / "cache" / "compile-ahead") == []  # removed once used
-    said.clear()
-    evaluate_reference(problem, "compile", replace(config, compile_ahead=None), said.append)
-    assert not any("ahead" in line for line in said)
+    default = EvaluationRun(problem, replace(config, compile_ahead=None))
+    assert default.start_compile_ahead(list(problem.workloads)) is None  # off on the CPU
 
 
 def test_the_local_runner_compiles_only_a_compile_baseline_ahead():
