@@ -100,7 +100,8 @@ def test_on_the_gpu_the_workers_compile_finds_every_graph_compiled_ahead(tmp_pat
 
 def test_nothing_runs_ahead(tmp_path):
     """A reference that would do something outside one graph is refused while it is traced
-    (fullgraph): nothing of it runs; one that traces is compiled, never run."""
+    (fullgraph): nothing of it runs, where without fullgraph Dynamo would run the rest
+    eagerly."""
     problem = load_problem(SMALL)
     marker = tmp_path / "ran"
     side_effect = problem.definition.reference.replace(
