@@ -44,9 +44,7 @@ import json, sys
 from pathlib import Path
 import torch
 from torch._dynamo.utils import counters
-from solforge.problem import load_problem, make_inputs, open_problem
-from solforge.runners.base import EvalTask
-from solforge.runners.prebuilt import compile_ahead_unit, needs_compile_ahead
+from solforge.problem import load_problem, make_inputs
 from solforge.problem.reference import load_reference_module
 problem = load_problem(Path(sys.argv[1]))
 run = load_reference_module(problem.definition).run
