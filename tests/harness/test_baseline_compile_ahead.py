@@ -19,11 +19,13 @@ import torch
 from solforge.data.trace import Status
 from solforge.harness.compile_ahead import (
     MAX_INPUT_BYTES,
+    WouldRunOnDevice,
     compilable,
     compile_workloads,
     empty_inputs,
     input_bytes,
     prepared,
+    refuse_device_benchmarks,
     start_compile_ahead,
     stop_all,
 )
@@ -200,3 +202,33 @@ def test_a_runner_stopping_ends_the_compiles_still_running(tmp_path):
     assert ahead.wait() == {}
     assert time.monotonic() - began < 10
     ahead.close()
+
+
+def test_inductors_device_benchmark_is_refused_in_a_compile_ahead(monkeypatch):
+    """On a GPU, Inductor's padding pass may time a matmul on the device while compiling; in a
+    compile-ahead child it raises instead (that graph is left to the worker). On the CPU the
+    pass does not run, and nothing is changed."""
+    from torch._inductor.fx_passes import pad_mm
+
+    monkeypatch.setattr(pad_mm, "_should_pad", pad_mm._should_pad)  # restored afterwards
+    original = pad_mm._should_pad
+    assert refuse_device_benchmarks(torch.device("cpu")) is None
+    assert pad_mm._should_pad is original
+    assert refuse_device_benchmarks(torch.device("cuda")) is None
+    with pytest.raises(WouldRunOnDevice):
+        pad_mm._should_pad(None, None, None, torch.ops.aten.mm)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_matmul_off_its_alignment_is_left_to_the_worker(tmp_path):
+    """Whisper's fc1 at 1,500 tokens: M is off the matmul's alignment, so Inductor would time
+    its padding on the device; at 16 tokens it is not, and the graph is compiled ahead."""
+    problem = open_problem("l1/gemm_bias_gelu_whisper_large_v3_fc1")
+    chosen = [w for w in problem.workloads if w.axes["M"] in (16, 1500)]
+    ahead = start_compile_ahead(problem, chosen, torch.device("cuda"), tmp_path,
+                                worker_env("cuda"), processes=1)
+    found = ahead.wait()
+    ahead.close()
+    outcome = {w.axes["M"]: found[w.uuid] for w in chosen}
+    assert outcome[16] == "compiled"
+    assert "WouldRunOnDevice" in outcome[1500]

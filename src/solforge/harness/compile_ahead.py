@@ -19,6 +19,10 @@ Nothing here does device work, so a timing running meanwhile is not disturbed:
   and then raises, so the compiled graph never runs;
 - `fullgraph=True`: a reference that does not trace into one graph raises while it is traced,
   before anything runs eagerly (its worker compiles it, as before);
+- Inductor's one benchmark at compile time in its default mode, the padding pass timing a
+  matmul padded and unpadded on the device (`pad_mm`, for a matmul with a dimension off its
+  alignment), is made to raise: such a graph is left to its worker, which times the padding
+  itself as torch.compile does (what the caches hold is never a decision taken otherwise);
 - only workloads of random tensors and scalars are compiled: custom inputs' values may decide the
   graph, and a safetensors file would have to be read; and only those whose inputs take at most
   MAX_INPUT_BYTES, so that the memory they hold meanwhile cannot starve a timed worker.
@@ -80,6 +84,28 @@ class Compiled(Exception):
     """Raised by the backend once Inductor has compiled (and cached) a graph."""
 
 
+class WouldRunOnDevice(Exception):
+    """Inductor was about to run something on the device while compiling."""
+
+
+def refuse_device_benchmarks(device: torch.device) -> str | None:
+    """Make Inductor's padding pass raise where it would decide by timing on the device (its
+    `_should_pad`, reached only for a matmul that padding could change); why nothing can be
+    compiled ahead here instead, when this PyTorch's pass is not the one known."""
+    if device.type != "cuda":
+        return None  # the pass pads CUDA matmuls only
+    from torch._inductor.fx_passes import pad_mm
+
+    if not callable(getattr(pad_mm, "_should_pad", None)):
+        return "not compiled ahead: this PyTorch's matmul padding pass is not the one known"
+
+    def refuse(*args: object, **kwargs: object) -> bool:
+        raise WouldRunOnDevice("Inductor would time a matmul's padding on the device")
+
+    pad_mm._should_pad = refuse
+    return None
+
+
 def compile_only(graph: torch.fx.GraphModule, example_inputs: list) -> None:
     """torch.compile's default backend, then a stop: the graph is in the caches, never run."""
     torch._dynamo.lookup_backend("inductor")(graph, example_inputs)
@@ -111,6 +137,9 @@ def compile_workloads(problem: Problem, workloads: list[Workload],
                       device: torch.device) -> dict[str, str]:
     """Compile the reference for each workload into this process's caches, as the compile
     baseline's worker compiles it; per workload uuid, "compiled" or why not (a line)."""
+    refused = refuse_device_benchmarks(device)
+    if refused is not None:
+        return dict.fromkeys((w.uuid for w in workloads), refused)
     run = load_reference_module(problem.definition).run
     outcome = {}
     for workload in workloads:
