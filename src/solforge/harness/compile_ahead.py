@@ -5,7 +5,8 @@ Timing the reference under torch.compile starts with one compile per workload sh
 (`dynamic=False`): Dynamo traces, Inductor lowers and generates code, its kernels are built
 (Triton on a GPU, C++ on the CPU). Seconds per shape, one shape after another, in the one worker
 that then times them: in the H200 suite's cold sample (2026-12-02) the compile baseline's first
-rounds were 30 of its 99 s. None of it needs the GPU. So, while the eager baseline is being timed,
+rounds were 30 of its 99 s. None of it needs the GPU's time (a context and the inputs' memory,
+no kernel). So, while the eager baseline is being timed,
 a few trusted processes (the problem's own reference, which the driver runs anyway; no candidate
 code) each compile a share of the workloads into one cache folder. The compile baseline's worker
 gets a copy of it in its sandbox's Inductor and Triton caches, and then only traces: Inductor's
