@@ -5,8 +5,8 @@
 
 Evaluates SOLUTION on PROBLEM `--runs` times in this process with one cache folder: the first
 run times the baselines (cold), later runs find them stored (warm). `--compile-ahead` sets
-whether the torch.compile baseline's graphs are compiled ahead (harness/compile_ahead.py; "on":
-the device's default, on a GPU only); `both` first adds a cold run without, in a cache folder
+whether the torch.compile baseline's graphs are compiled ahead (harness/compile_ahead.py; off
+by default in the harness); `both` first adds a cold run without, in a cache folder
 of its own, so the two cold runs show what compiling ahead moves (`compile/compile_ahead`, the
 wait for it; `compile/round_calls`, the worker's first calls, its compile included). Each run
 prints its phase table (harness/phases.py: driver phases, among them `send_inputs`,
@@ -82,9 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     problem = open_problem(args.problem)
     solution = load_solution(args.solution, problem.name)
     cache = args.cache or Path(tempfile.mkdtemp(prefix="solforge-phases-"))
-    ahead = None if args.compile_ahead != "off" else False  # None: the device's default
     config = EvalConfig(device=args.device, baseline=args.baseline, cache_dir=cache,
-                        compile_ahead=ahead)
+                        compile_ahead=args.compile_ahead != "off")
     plan = [("cold", config) if number == 0 else ("warm", config) for number in range(args.runs)]
     if args.compile_ahead == "both":
         without = replace(config, compile_ahead=False,
@@ -93,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     runs = []
     for number, (label, run_config) in enumerate(plan):
         run = one_run(problem, solution, run_config)
-        run["compile_ahead"] = run_config.compile_ahead is not False
+        run["compile_ahead"] = run_config.compile_ahead
         runs.append(run)
         print(f"run {number + 1} ({label}): {run['wall_seconds']} s")
         print(format_table(run["phases"]))

@@ -353,7 +353,7 @@ def test_examples_script_finds_both_layouts():
 
 def test_eval_phases_can_put_a_cold_run_without_compile_ahead_first(tmp_path, monkeypatch):
     """`--compile-ahead both`: a cold run with the torch.compile baseline not compiled ahead,
-    in a cache of its own, then the cold and warm runs with it (the device's default)."""
+    in a cache of its own, then the cold and warm runs with it."""
     script = _load_script(REPO / "benchmarks" / "eval_phases.py", monkeypatch)
     configs = []
 
@@ -368,7 +368,7 @@ def test_eval_phases_can_put_a_cold_run_without_compile_ahead_first(tmp_path, mo
                  str(REPO / "src/solforge/solutions/l1/rmsnorm_llama3_1_8b/triton_rmsnorm.json"),
                  "--device", "cpu", "--compile-ahead", "both", "--cache", str(tmp_path / "c"),
                  "-o", str(out)])
-    assert [c.compile_ahead for c in configs] == [False, None, None]
+    assert [c.compile_ahead for c in configs] == [False, True, True]
     assert configs[0].cache_dir != configs[1].cache_dir == configs[2].cache_dir
     assert [r["compile_ahead"] for r in json.loads(out.read_text())["runs"]] == [False, True,
                                                                                   True]

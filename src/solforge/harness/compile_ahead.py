@@ -158,6 +158,10 @@ def compile_workloads(problem: Problem, workloads: list[Workload],
 
 
 def _first_line(exc: BaseException) -> str:
+    """The innermost cause of the exception chain, on one line."""
+    seen = 0
+    while (exc.__cause__ or getattr(exc, "inner_exception", None)) is not None and seen < 8:
+        exc, seen = exc.__cause__ or exc.inner_exception, seen + 1
     lines = str(exc).splitlines()
     return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
 

@@ -118,9 +118,10 @@ class EvalConfig:
     reuse_baselines: bool = True
     library: bool = False  # also time the library baseline that fits (library_baselines.py)
     # Compile the torch.compile baseline's graphs ahead in parallel processes
-    # (compile_ahead.py); None: on a GPU only (on the CPU they would take the cores the
-    # timing runs on).
-    compile_ahead: bool | None = None
+    # (compile_ahead.py). Off by default: on the H200 (2026-12-05) the worker's first calls
+    # took as long with the graphs compiled ahead (6.16 s against 6.09 s over six RMSNorm
+    # workloads), and waiting for them added 17.8 s to a cold evaluation.
+    compile_ahead: bool = False
 
 
 def evaluate(problem: Problem, solution: Solution, config: EvalConfig = EvalConfig(),
@@ -278,8 +279,8 @@ class EvaluationRun:
 
     def start_compile_ahead(self, workloads: list[Workload]) -> CompileAhead | None:
         """The torch.compile baseline's graphs for `workloads`, compiled ahead in parallel
-        processes (compile_ahead.py): where the configuration asks for it (by default on a
-        GPU) and its worker has a sandbox to copy them into."""
+        processes (compile_ahead.py): where the configuration asks for it (off by default) and
+        its worker has a sandbox to copy them into."""
         if not workloads or not self.compiles_ahead():
             return None
         root = self.cache_dir / compile_ahead.FOLDER
@@ -299,10 +300,7 @@ class EvaluationRun:
                                      processes=COMPILE_AHEAD_PER_UNIT)
 
     def compiles_ahead(self) -> bool:
-        wanted = self.config.compile_ahead
-        if wanted is None:
-            wanted = self.device.type == "cuda"
-        return wanted and self.supervisor.sandbox_policy().enabled
+        return self.config.compile_ahead and self.supervisor.sandbox_policy().enabled
 
     def with_library(self, baselines: dict[str, BaselineReport | None],
                      workloads: list[Workload],
