@@ -162,8 +162,10 @@ def test_the_compile_baselines_worker_gets_them(tmp_path):
 
 
 def test_the_local_runner_compiles_only_a_compile_baseline_ahead():
-    config = EvalConfig(device="cpu")
+    config = EvalConfig(device="cpu", compile_ahead=True)
     assert needs_compile_ahead(EvalTask(str(SMALL), config, baseline="compile"))
+    off = replace(config, compile_ahead=False)  # the default: no job, the unit starts at once
+    assert not needs_compile_ahead(EvalTask(str(SMALL), off, baseline="compile"))
     assert not needs_compile_ahead(EvalTask(str(SMALL), config, baseline="eager"))
     assert not needs_compile_ahead(EvalTask(str(SMALL), config, solution={"name": "x"}))
 

@@ -51,9 +51,9 @@ class BuildRefused:
 
 
 def needs_compile_ahead(task: EvalTask) -> bool:
-    """A torch.compile baseline: its graphs can be compiled on the CPU cores while its unit
-    waits for a slot (harness/compile_ahead.py; where its configuration compiles ahead)."""
-    return task.baseline == protocol.REFERENCE_COMPILE
+    """A torch.compile baseline whose configuration compiles ahead: its graphs can be compiled
+    on the CPU cores while its unit waits for a slot (harness/compile_ahead.py)."""
+    return task.baseline == protocol.REFERENCE_COMPILE and task.config.compile_ahead
 
 
 def compile_ahead_unit(task: EvalTask) -> Path | None:
