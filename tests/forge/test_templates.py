@@ -59,9 +59,11 @@ CASES = {
                     {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
                      "NUM_STAGES": 3, "NUM_WARPS": 4}),
 }
-# More paths through the same kernels, still one harness run each: a two-pass LayerNorm with a
-# residual, and the bundled (bidirectional, float16) attention of a real model.
+# More paths through the same kernels, still one harness run each: the erf GELU, a two-pass
+# LayerNorm with a residual, and the bundled (bidirectional, float16) attention of a real model.
 EXTRA_CASES = {
+    "activation gelu_erf": ("activation", "l1/gelu_whisper_large_v3",
+                            {"BLOCK": 2048, "NUM_WARPS": 8, "VECTOR": 8}),
     "row_norm two_pass": ("row_norm", "l1/add_layernorm_whisper_large_v3",
                           {"ROWS": 4, "BLOCK": 512, "NUM_WARPS": 4, "METHOD": "two_pass"}),
     "attention_prefill bundled": ("attention_prefill", "l1/attention_whisper_large_v3_encoder",
@@ -361,3 +363,28 @@ def test_attention_prefill_is_exact_whatever_the_blocks(causal, monkeypatch):
             v.repeat_interleave(2, 2).transpose(1, 2).float(), is_causal=causal)
         error = (out.float() - expected.transpose(1, 2)).abs().max().item()
         assert error < 3e-2, (block_m, block_n, seq_len, error)
+
+
+def test_the_erf_gelu_is_within_float32_steps_of_the_exact_one(monkeypatch):
+    """The activation kernel's erf GELU (Abramowitz and Stegun 7.1.26) against the exact one in
+    float64, over both signs, the origin and past the point where the exp2 underflows, written
+    to float32 so that the approximation itself is measured (Triton's interpreter)."""
+    import importlib
+
+    import torch.nn.functional as F
+
+    kernel = importlib.import_module("solforge.forge.templates.kernels.activation")
+    for name, value in {"ACTIVATION": "gelu_erf", "GATED": False, "ROUND_ACTIVATION": False,
+                        "BLOCK": 1024, "VECTOR": 1}.items():
+        monkeypatch.setattr(kernel, name, value)
+    x = torch.cat([torch.linspace(-16.0, 16.0, 4001), torch.tensor([0.0, -0.0, 1e-30, -1e-30,
+                                                                    40.0, -40.0])])
+    x = x.reshape(1, -1)
+    out = torch.empty_like(x)
+    kernel.activation(x, out)
+    exact = F.gelu(x.double())
+    # erf within 1.5e-7 gives 0.5 |x| 1.5e-7; float32 rounding adds a few steps of the result.
+    bound = 0.75e-7 * x.double().abs() + 4 * torch.finfo(torch.float32).eps * exact.abs() + 1e-30
+    error = (out.double() - exact).abs()
+    assert bool((error <= bound).all()), float((error / bound).max())
+    assert out[0, -2] == 40.0 and out[0, -1] == 0.0

@@ -19,6 +19,14 @@ before the product, as PyTorch's unfused F.silu(gate) * up does.
 
 gelu_tanh is 0.5 x (1 + tanh(z)), z = sqrt(2 / pi) (x + 0.044715 x^3), computed as
 x * sigmoid(2 z) (the same function: 1 + tanh(z) = 2 sigmoid(2 z)) with one exp.
+
+gelu_erf is 0.5 x (1 + erf(x / sqrt(2))) with erf from Abramowitz and Stegun 7.1.26 (absolute
+error <= 1.5e-7, below a float16 or bfloat16 step of the result): one approximate reciprocal, a
+degree-5 polynomial and one exp2. Compiled for sm_90 with Triton 3.6 (16 float16 elements a
+thread), the kernel is 401 SASS instructions with it against 579 with libdevice's erff: 25 an
+element against 36. A half-precision GELU has about 28 to spend (2 bytes in and 2 out per
+element at 4.8 TB/s, against 132 SMs x 128 lanes at 1.98 GHz), so with erff it is issue-bound
+on the H200, as the shipped Whisper GELU was (0.62 of T_SOL).
 """
 
 import math
@@ -36,7 +44,15 @@ GATED = True
 ROUND_ACTIVATION = True
 
 SQRT_2_OVER_PI = tl.constexpr(math.sqrt(2 / math.pi))
-INV_SQRT_2 = tl.constexpr(1 / math.sqrt(2))
+# Abramowitz and Stegun 7.1.26: erf(z) = 1 - t (A1 + t (A2 + ... + t A5)) exp(-z^2),
+# t = 1 / (1 + P z), for z >= 0.
+ERF_P = 0.3275911
+ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+# With z = |x| / sqrt(2): P z = ERF_P_X |x|, exp(-z^2) = exp2(-LOG2E_HALF x^2), and the 0.5 of
+# GELU folded into the coefficients.
+ERF_P_X = tl.constexpr(ERF_P / math.sqrt(2))
+LOG2E_HALF = tl.constexpr(0.5 / math.log(2))
+HALF_A1, HALF_A2, HALF_A3, HALF_A4, HALF_A5 = (tl.constexpr(0.5 * a) for a in ERF_A)
 
 
 @triton.jit
@@ -47,8 +63,19 @@ def _activate(x, ACTIVATION: tl.constexpr):
         z = SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
         y = x / (1.0 + tl.exp(-2.0 * z))
     else:  # gelu_erf
-        y = 0.5 * x * (1.0 + tl.math.erf(x * INV_SQRT_2))
+        y = _gelu_erf(x)
     return y
+
+
+@triton.jit
+def _gelu_erf(x):
+    """0.5 x (1 + erf(x / sqrt(2))). With h = 0.5 x (1 - erf(|x| / sqrt(2))), GELU is h for
+    x < 0 (erf is odd) and x - h for x >= 0; past |x| ~ 13 the exp2 underflows to 0, so h is 0
+    and GELU is x or 0, as it should be."""
+    t = tl.fdiv(1.0, 1.0 + ERF_P_X * tl.abs(x), ieee_rounding=False)
+    half_poly = t * (HALF_A1 + t * (HALF_A2 + t * (HALF_A3 + t * (HALF_A4 + t * HALF_A5))))
+    h = x * half_poly * tl.exp2(-LOG2E_HALF * x * x)
+    return tl.where(x >= 0, x - h, h)
 
 
 @triton.jit
