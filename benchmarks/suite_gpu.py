@@ -27,6 +27,12 @@ Then, from everything the store holds:
     OUTDIR/NAME-suite-report.html   `solforge report` of the store
     OUTDIR/NAME-suite-phases.json   the call's units' phases, summed (also in the log, with a
                              line per unit that ended: its seconds)
+    OUTDIR/NAME-suite-calls.jsonl   a line per call that benched: its bench seconds, traces
+                             measured, units left, seconds spent timing baselines
+    OUTDIR/NAME-suite-time.json     the calls summed: the suite's bench minutes, measured, not
+                             extrapolated, once no unit is left (`complete`); with
+                             `from_an_empty_store` and `baseline_seconds` near 0 (the baselines
+                             imported beforehand) that is issue 13's `suite_warm_minutes`
 NAME is --name: h200 by default on the GPU, cpu in CPU mode.
 
 `--device cpu` runs the CPU mode (smallest workloads, no scores): what
@@ -160,6 +166,57 @@ def bench_until_deadline(call: Call, started: float) -> list[BenchOutcome]:
             + (f"; {outcome.left} units left for the next call" if outcome.left else "")
             + "".join(f"\n    could not run: {failure}" for failure in outcome.failures))
     return outcomes
+
+
+def units_left(call: Call, hardware: str) -> int:
+    """Units of the planned problems the store holds no trace for yet (a failed unit's traces
+    count as done, as `bench` counts them)."""
+    store = open_store(f"sqlite:///{call.out / 'suite.db'}")
+    found = find_solutions(solution_folders([], bundled=True))
+    problems = plan_problems(call.targets, found, call.device)
+    config = BenchConfig(device=call.device, baseline=baseline_of(call))
+    _, units, _ = plan_units(problems, store, eval_config(config, call.device),
+                             torch.device(call.device), hardware, fresh=False)
+    return len(units)
+
+
+BASELINE_PHASES = ("eager/", "compile/", "library/")  # harness/phases.py's baseline groups
+
+
+def record_call(call: Call, outcomes: list[BenchOutcome], seconds: float,
+                empty_before: bool) -> dict[str, Any]:
+    """Add this call to NAME-suite-calls.jsonl and sum the calls into NAME-suite-time.json:
+    the suite's bench time measured call by call (each call pays its own runner's start, so
+    the sum is an upper bound of one uninterrupted `solforge bench`)."""
+    table = merge([o.phases for o in outcomes])
+    left = units_left(call, outcomes[-1].hardware) if outcomes else None
+    line = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "seconds": round(seconds, 2), "measured": sum(o.measured for o in outcomes),
+            "units_left": left, "empty_before": empty_before,
+            "baseline_seconds": round(sum(e["seconds"] for name, e in table.items()
+                                          if name.startswith(BASELINE_PHASES)), 2)}
+    ledger = call.out / f"{call.name}-suite-calls.jsonl"
+    with ledger.open("a") as file:
+        file.write(json.dumps(line) + "\n")
+    calls = [json.loads(text) for text in ledger.read_text().splitlines() if text.strip()]
+    total = sum(c["seconds"] for c in calls)
+    summary = {"what": "the suite's `solforge bench` time, summed over the calls that benched "
+                       "it (measured, not extrapolated)",
+               "targets": call.targets, "calls": len(calls), "seconds": round(total, 2),
+               "minutes": round(total / 60, 3), "complete": calls[-1]["units_left"] == 0,
+               "from_an_empty_store": calls[0]["empty_before"],
+               "baseline_seconds": round(sum(c["baseline_seconds"] for c in calls), 2),
+               "measured": sum(c["measured"] for c in calls)}
+    (call.out / f"{call.name}-suite-time.json").write_text(json.dumps(summary, indent=1) + "\n")
+    log(f"bench time: {seconds:.1f} s this call, {total / 60:.2f} min over {len(calls)} calls"
+        + ("" if summary["complete"] else f"; {left} units left"))
+    return summary
+
+
+def store_is_empty(call: Call) -> bool:
+    """No trace in OUTDIR/suite.db yet (or no store): a bench from nothing."""
+    path = call.out / "suite.db"
+    return not path.is_file() or not open_store(f"sqlite:///{path}").traces()
 
 
 def problem_record(results: ProblemResults, baseline: str, scored: bool,
@@ -365,7 +422,11 @@ def main() -> None:
                        else None)
         summary = write_tables(call, [stored_outcome(call)], environment)
     else:
+        empty = store_is_empty(call)
+        began = time.monotonic()
         outcomes = bench_until_deadline(call, started)
+        if any(o.measured or o.left for o in outcomes):  # a call with work in it
+            record_call(call, outcomes, time.monotonic() - began, empty)
         save_phases(call, outcomes)
         summary = write_tables(call, outcomes)
     if summary["problems"]:

@@ -66,7 +66,9 @@ def run_here(monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path, run_here):
+def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path, run_here,
+                                                                     monkeypatch):
+    monkeypatch.setenv("SOLFORGE_CACHE", str(tmp_path / "cache"))  # no baseline stored yet
     first = _run(SUITE_SCRIPT, str(tmp_path), PROBLEM, "--device", "cpu")
     assert f"[1/1] {PROBLEM}: 2 measured, 0 already stored" in first.stdout
     ended = first.stdout.count(": done on ") + first.stdout.count("from the baseline store")
@@ -88,8 +90,23 @@ def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path, r
     assert goals["suite_problems"] == 1
     assert goals["shipped"]["problems"] == 1 and goals["shipped"]["median_fraction_of_sol"] is None
 
+    (call,) = [json.loads(x) for x in (tmp_path / "cpu-suite-calls.jsonl").read_text().splitlines()]
+    assert call["empty_before"] and call["units_left"] == 0 and call["measured"] == 2
+    assert call["baseline_seconds"] > 0  # the baselines were timed: this store was not warm
+    timed = json.loads((tmp_path / "cpu-suite-time.json").read_text())
+    assert timed["complete"] and timed["from_an_empty_store"] and timed["calls"] == 1
+    assert 0 < timed["baseline_seconds"] < timed["seconds"] == call["seconds"]
+    assert timed["minutes"] == round(call["seconds"] / 60, 3)
+
     again = run_here(SUITE_SCRIPT, str(tmp_path), PROBLEM, "--device", "cpu")
     assert f"[1/1] {PROBLEM}: 0 measured, 2 already stored" in again.stdout
+    assert json.loads((tmp_path / "cpu-suite-time.json").read_text()) == timed  # no work: no call
+
+    # Warm: a new results store, the baselines kept; the baseline unit times nothing.
+    run_here(SUITE_SCRIPT, str(tmp_path / "warm"), PROBLEM, "--device", "cpu")
+    warm = json.loads((tmp_path / "warm" / "cpu-suite-time.json").read_text())
+    assert warm["complete"] and warm["from_an_empty_store"] and warm["measured"] == 2
+    assert warm["baseline_seconds"] == 0 and warm["seconds"] > 0
 
     # --tables-only: the files again from the store as edited, the recorded environment kept
     measured_on = {**summary["environment"], "summary": "the machine that measured"}
@@ -111,6 +128,7 @@ def test_suite_script_benches_records_resumes_and_keeps_its_deadline(tmp_path, r
     (line,) = [x for x in late.stdout.splitlines() if "stopping before" in x]
     assert PROBLEM in line and "l1/add_rmsnorm_llama3_1_8b" in line  # one run of two
     assert json.loads((tmp_path / "late" / "cpu-suite.json").read_text())["problems"] == []
+    assert not (tmp_path / "late" / "cpu-suite-calls.jsonl").exists()
 
 
 FORGE_SCRIPT = REPO / "benchmarks" / "forge_gpu.py"

@@ -59,12 +59,14 @@ def test_examples_again_is_passed_on(tmp_path):
     assert script.endswith("--again cute_dsl --again cutile")
 
 
-@pytest.mark.parametrize(("stage", "variable", "store", "script"), [
-    ("suite", "SUITE_STORE", "suite.db", "suite_gpu.py"),
-    ("forge", "FORGE_STORE", "forge.db", "forge_gpu.py"),
+@pytest.mark.parametrize(("stage", "variable", "store", "script", "packed"), [
+    ("suite", "SUITE_STORE", "suite.db", "suite_gpu.py", "h200-suite.db.gz"),
+    ("forge", "FORGE_STORE", "forge.db", "forge_gpu.py", "h200-forge.db.gz"),
+    ("suitewarm", "WARM_STORE", "suite.db", "suite_gpu.py --name h200-warm",
+     "h200-warm-suite.db.gz"),
 ])
 def test_a_long_stage_goes_on_from_the_committed_store_and_leaves_the_next_one(
-        tmp_path, stage, variable, store, script):
+        tmp_path, stage, variable, store, script, packed):
     """The suite's and the search's SQLite stores travel gzipped: unpacked before the run,
     packed after, for the next machine to go on from."""
     committed = tmp_path / "committed.db.gz"
@@ -79,8 +81,7 @@ def test_a_long_stage_goes_on_from_the_committed_store_and_leaves_the_next_one(
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (out / stage / store).read_bytes() == b"stored traces"
-    packed = out / stage / f"h200-{stage}.db.gz"
-    assert gzip.decompress(packed.read_bytes()) == b"stored traces"
+    assert gzip.decompress((out / stage / packed).read_bytes()) == b"stored traces"
     lines = calls.read_text().splitlines()
     assert [i for i, c in enumerate(lines) if script in c] == [1], lines
     assert lines[0].startswith("-m solforge baselines import")
