@@ -4,6 +4,7 @@ L2 problems, within a deadline per call, resumable, and the goal numbers from wh
     python benchmarks/forge_gpu.py OUTDIR [PROBLEM ...] [--count 24] [--budget 32]
                                    [--patience 8] [--deadline-s 540] [--device cuda|cpu]
                                    [--name h200] [--compose [--seeds]] [--again TEXT ...]
+    python benchmarks/forge_gpu.py OUTDIR --tables-only   (the summary again, no GPU)
 
 Problems: those given, else the first --count bundled L1 and L2 problems that a template
 applies to, in suite order. Each is searched with up to --budget candidates into
@@ -84,6 +85,7 @@ from solforge.defaults import resolve_run  # noqa: E402
 from solforge.errors import SolforgeError  # noqa: E402
 from solforge.forge import archive  # noqa: E402
 from solforge.forge.loop import OptimizeConfig, Optimizer  # noqa: E402
+from solforge.forge.reference_part import part_name  # noqa: E402
 from solforge.forge.templates import templates_for  # noqa: E402
 from solforge.harness.evaluate import EvalConfig, evaluate  # noqa: E402
 from solforge.problem.problem import Problem  # noqa: E402
@@ -351,18 +353,32 @@ def goal(records: list[dict[str, Any]]) -> dict[str, Any]:
            for key, target in GOAL.items()}
     stalls = [{"problem": r["problem"], "fraction_of_sol": r["best"]["fraction_of_sol"] if
                r["best"] else None, "binding_bound": r["best"]["binding_bound"] if r["best"]
-               else None, "cells": r["cells"], "statuses": r["statuses"]}
+               else None, "cells": r["cells"], "statuses": r["statuses"],
+               "pytorch_fastest": pytorch_fastest(r)}
               for r in records if not r["best"] or (r["best"]["fraction_of_sol"] or 0) <
               GOAL["fraction_of_sol"]]
     return {"numbers": numbers, "targets": GOAL, "met": met, "stalls": stalls,
             "gpu_minutes": round(sum(r["search_seconds"] for r in records) / 60, 2)}
 
 
-def write_summary(call: Call) -> dict[str, Any]:
+def pytorch_fastest(record: dict[str, Any]) -> dict[str, int] | None:
+    """Of the workloads its latest composition assigned, how many went to the reference part
+    (PyTorch eager: no kernel the search judged beat it there); None when no composition is
+    recorded. Where that is every workload, the templates cannot express a faster kernel for the
+    problem's shapes, whatever the search does."""
+    assignment = (record.get("composite") or {}).get("assignment")
+    if not assignment:
+        return None
+    reference = part_name(record["problem"].rsplit("/", 1)[-1])
+    return {"shapes": sum(name == reference for name in assignment.values()),
+            "of": len(assignment)}
+
+
+def write_summary(call: Call, environment: dict[str, Any] | None = None) -> dict[str, Any]:
     records = with_compositions(call, [json.loads(line) for line in _lines(call.progress)])
     summary = {"what": "template search (solforge optimize --proposer templates) per problem",
                "date": datetime.date.today().isoformat(),
-               "environment": recorded_environment(call.device),
+               "environment": environment or recorded_environment(call.device),
                "device": call.device, "budget_per_problem": call.budget,
                "patience": call.patience,
                "goal": goal(records), "problems": records}
@@ -410,9 +426,12 @@ def markdown(summary: dict[str, Any]) -> str:
     lines += ["", f"Stalled (below {GOAL['fraction_of_sol']} of the speed of light): "
               f"{len(result['stalls'])}"]
     for stall in result["stalls"]:
+        pytorch = stall.get("pytorch_fastest")
         lines.append(f"- {stall['problem']}: T_SOL/T_k {fmt(stall['fraction_of_sol'])}, "
                      f"bound {stall['binding_bound'] or '-'}, cells {', '.join(stall['cells'])}"
-                     f", statuses {stall['statuses']}")
+                     f", statuses {stall['statuses']}"
+                     + (f"; PyTorch the fastest on {pytorch['shapes']} of {pytorch['of']} "
+                        "workloads" if pytorch else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -429,6 +448,21 @@ def _geomean(values: list[float]) -> float | None:
 
 
 
+
+
+def rewrite_tables(args: argparse.Namespace) -> None:
+    """--tables-only: NAME-forge.{json,md} and the goals file again from what OUTDIR holds,
+    with no GPU (after the summary's code changed), the environment of the machine that
+    measured kept from the NAME-forge.json there."""
+    name = args.name or ("h200" if args.device == "cuda" else "cpu")
+    earlier = args.out / f"{name}-forge.json"
+    if not earlier.is_file():
+        sys.exit(f"--tables-only: {earlier} not found (nothing recorded to write again)")
+    recorded = json.loads(earlier.read_text())
+    call = Call(args.out.resolve(), args.problems or [], recorded["budget_per_problem"],
+                0.0, recorded["device"], name, recorded.get("patience"))
+    summary = write_summary(call, recorded["environment"])
+    log(f"goal: {summary['goal']['numbers']} met: {summary['goal']['met']}")
 
 
 def main() -> None:
@@ -450,12 +484,18 @@ def main() -> None:
                              "archive lacks")
     parser.add_argument("--again", nargs="+", default=[], metavar="TEXT",
                         help="search again the finished problems whose address has a TEXT")
+    parser.add_argument("--tables-only", action="store_true",
+                        help="search nothing: write the summary files again from the "
+                             "progress and compose files, keeping the recorded environment")
     args = parser.parse_args()
     if args.seeds and not args.compose:
         parser.error("--seeds goes with --compose (a search tries the seeds first anyway)")
     if args.again and args.compose:
         parser.error("--again searches: it does not go with --compose")
     started = time.monotonic()
+    if args.tables_only:
+        rewrite_tables(args)
+        return
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA GPU: run on the H200, or pass --device cpu")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -156,6 +156,32 @@ def test_forge_script_searches_records_resumes_and_reports_the_goal(tmp_path, ru
     assert "judged" not in again.stdout  # the problem is done: nothing searched again
     assert len((tmp_path / "cpu-forge.jsonl").read_text().splitlines()) == 1  # done: skipped
 
+    # --tables-only: the summary written again, the measuring machine's environment kept
+    summary["environment"] = {**summary["environment"], "summary": "the machine that measured"}
+    (tmp_path / "cpu-forge.json").write_text(json.dumps(summary))
+    run_here(FORGE_SCRIPT, str(tmp_path), "--device", "cpu", "--tables-only")
+    rewritten = json.loads((tmp_path / "cpu-forge.json").read_text())
+    assert rewritten["environment"] == summary["environment"]
+    assert rewritten["problems"] == summary["problems"]
+    assert "the machine that measured" in (tmp_path / "cpu-forge.md").read_text()
+    missing = run_here(FORGE_SCRIPT, str(tmp_path / "none"), "--device", "cpu", "--tables-only",
+                       check=False)
+    assert missing.returncode == 1 and "not found" in missing.stderr
+
+
+def test_a_stall_says_on_how_many_workloads_pytorch_was_the_fastest(monkeypatch):
+    script = _load_script(FORGE_SCRIPT, monkeypatch)
+    composed = {"problem": "l1/gemm_llama3_1_8b_down", "composite": {"assignment": {
+        "a": "gemm_llama3_1_8b_down-reference", "b": "gemm_llama3_1_8b_down-reference",
+        "c": "gemm_llama3_1_8b_down-gemm-block_m64"}}}
+    assert script.pytorch_fastest(composed) == {"shapes": 2, "of": 3}
+    assert script.pytorch_fastest({"problem": "l1/x", "composite": None}) is None
+    best = {"fraction_of_sol": 0.4, "binding_bound": "memory"}
+    record = {**composed, "best": best, "cells": ["c"], "statuses": {"PASSED": 3},
+              "search_seconds": 1.0}
+    (stall,) = script.goal([record])["stalls"]
+    assert stall["pytorch_fastest"] == {"shapes": 2, "of": 3}
+
 
 def test_a_forge_search_cut_by_the_deadline_goes_on_in_the_next_call(tmp_path, monkeypatch):
     """A search gets the call's time left less the margins; the deadline cutting it is noted,

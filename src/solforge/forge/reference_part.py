@@ -23,6 +23,11 @@ PROPOSER = "reference"
 ENTRY_FILE = "reference.py"
 
 
+def part_name(definition_name: str) -> str:
+    """The reference part's solution name for a definition."""
+    return f"{definition_name}-reference"
+
+
 def reference_candidate(definition: Definition) -> dict[str, Any] | None:
     """The reference as a solution JSON that returns its outputs; None when a composite could
     not allocate the outputs of its destination-passing parts (compose.output_allocation),
@@ -30,7 +35,7 @@ def reference_candidate(definition: Definition) -> dict[str, Any] | None:
     if output_allocation(definition) is None:
         return None
     return {
-        "name": f"{definition.name}-reference",
+        "name": part_name(definition.name),
         "definition": definition.name,
         "author": "solforge-compose",
         "description": ("The definition's reference (PyTorch eager), returning its outputs: a "
