@@ -80,6 +80,7 @@ from solforge.bench.summary import (  # noqa: E402
 from solforge.defaults import resolve_run  # noqa: E402
 from solforge.errors import SolforgeError  # noqa: E402
 from solforge.harness.phases import format_table, merge  # noqa: E402
+from solforge.harness.protocol import REFERENCE_COMPILE, REFERENCE_EAGER  # noqa: E402
 from solforge.report import gather, render  # noqa: E402
 from solforge.report.tables import launch_bound, launch_floor_ms, reach  # noqa: E402
 from solforge.score import summarize  # noqa: E402
@@ -168,19 +169,19 @@ def bench_until_deadline(call: Call, started: float) -> list[BenchOutcome]:
     return outcomes
 
 
-def units_left(call: Call, hardware: str) -> int:
-    """Units of the planned problems the store holds no trace for yet (a failed unit's traces
-    count as done, as `bench` counts them)."""
-    store = open_store(f"sqlite:///{call.out / 'suite.db'}")
+def planned_units(call: Call, store: Any, hardware: str) -> tuple[list, list, int]:
+    """`bench`'s plan of the targets against the store, run nothing: the problems' rows, the
+    units with workloads left (a failed unit's traces count as done) and the count skipped."""
     found = find_solutions(solution_folders([], bundled=True))
     problems = plan_problems(call.targets, found, call.device)
     config = BenchConfig(device=call.device, baseline=baseline_of(call))
-    _, units, _ = plan_units(problems, store, eval_config(config, call.device),
-                             torch.device(call.device), hardware, fresh=False)
-    return len(units)
+    return plan_units(problems, store, eval_config(config, call.device),
+                      torch.device(call.device), hardware, fresh=False)
 
 
-BASELINE_PHASES = ("eager/", "compile/", "library/")  # harness/phases.py's baseline groups
+# The phase groups of baseline timing (harness/phases.py: `eager/...`, `compile/...`, and a
+# library baseline's `library:NAME/...`)
+BASELINE_PHASES = (f"{REFERENCE_EAGER}/", f"{REFERENCE_COMPILE}/", "library:")
 
 
 def record_call(call: Call, outcomes: list[BenchOutcome], seconds: float,
@@ -189,7 +190,8 @@ def record_call(call: Call, outcomes: list[BenchOutcome], seconds: float,
     the suite's bench time measured call by call (each call pays its own runner's start, so
     the sum is an upper bound of one uninterrupted `solforge bench`)."""
     table = merge([o.phases for o in outcomes])
-    left = units_left(call, outcomes[-1].hardware) if outcomes else None
+    store = open_store(f"sqlite:///{call.out / 'suite.db'}")
+    left = len(planned_units(call, store, outcomes[-1].hardware)[1]) if outcomes else None
     line = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "seconds": round(seconds, 2), "measured": sum(o.measured for o in outcomes),
             "units_left": left, "empty_before": empty_before,
@@ -216,7 +218,7 @@ def record_call(call: Call, outcomes: list[BenchOutcome], seconds: float,
 def store_is_empty(call: Call) -> bool:
     """No trace in OUTDIR/suite.db yet (or no store): a bench from nothing."""
     path = call.out / "suite.db"
-    return not path.is_file() or not open_store(f"sqlite:///{path}").traces()
+    return not path.is_file() or not open_store(f"sqlite:///{path}").has_traces()
 
 
 def problem_record(results: ProblemResults, baseline: str, scored: bool,
@@ -297,12 +299,8 @@ def stored_outcome(call: Call) -> BenchOutcome:
     if not runs or len(machines) != 1:
         raise SolforgeError(f"{call.out / 'suite.db'}: expected the runs of one {call.device} "
                             f"machine, found {len(runs)} runs on {sorted(machines)}")
-    config = BenchConfig(device=call.device, baseline=baseline_of(call))
-    found = find_solutions(solution_folders([], bundled=True))
-    problems = plan_problems(call.targets, found, call.device)
     (hardware,) = machines
-    stored, _, skipped = plan_units(problems, store, eval_config(config, call.device),
-                                    torch.device(call.device), hardware, fresh=False)
+    stored, _, skipped = planned_units(call, store, hardware)
     profile = max(runs, key=lambda r: r.id).hardware
     return BenchOutcome(0, call.device, hardware, profile, tuple(stored), 0, skipped, False, ())
 

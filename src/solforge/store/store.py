@@ -225,6 +225,11 @@ class Store:
         with self.session() as s:
             return list(s.scalars(select(TraceRow).order_by(TraceRow.id)))
 
+    def has_traces(self) -> bool:
+        """Whether any trace is stored, without reading them."""
+        with self.session() as s:
+            return s.scalar(select(TraceRow.id).limit(1)) is not None
+
     def export_traces(self, path: Path) -> int:
         """Write every trace as FlashInfer-Trace JSONL; returns the count."""
         rows = self.traces()
