@@ -16,8 +16,8 @@ import solforge
 
 SRC = Path(solforge.__file__).resolve().parent
 # Packages that may import nothing of solforge but these (the formats, measurement, scores).
-BOTTOM = {"errors": set(), "data": {"errors"}, "score": {"errors", "data"},
-          "measure": {"errors", "data"}}
+BOTTOM = {"errors": set(), "pysyntax": set(), "data": {"errors", "pysyntax"},
+          "score": {"errors", "data"}, "measure": {"errors", "data"}}
 
 
 def _modules() -> Iterator[tuple[str, Path]]:
@@ -104,3 +104,16 @@ def test_bottom_packages_import_only_what_lies_below_them():
     graph = package_graph()
     for package, allowed in BOTTOM.items():
         assert graph.get(package, set()) <= allowed, (package, graph[package] - allowed)
+
+
+def test_solforge_parses_python_only_through_the_serialised_parser():
+    """A bare `ast.parse` beside the thread pools can fail on valid source (see pysyntax)."""
+    bare = []
+    for module, path in _modules():
+        if module == "solforge.pysyntax":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr in ("parse", "literal_eval")
+                    and isinstance(node.value, ast.Name) and node.value.id == "ast"):
+                bare.append(f"{module}:{node.lineno}")
+    assert not bare

@@ -16,6 +16,7 @@ from typing import Any
 from solforge.data.dtypes import DTYPES, DType
 from solforge.data.expressions import ExpressionError, names_in, parse_expression
 from solforge.errors import ProblemError
+from solforge.pysyntax import parse_python
 
 AXIS_KINDS = ("const", "var", "expr")
 
@@ -249,7 +250,7 @@ def _parse_constraints(raw: Any, axes: dict[str, Axis], file) -> tuple[str, ...]
 
 def _top_level_functions(source: str, file) -> set[str]:
     try:
-        module = ast.parse(source)
+        module = parse_python(source)
     except SyntaxError as exc:
         reason = f"syntax error at line {exc.lineno}: {exc.msg}"
         raise ProblemError(file, "reference", reason) from None

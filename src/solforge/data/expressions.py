@@ -11,6 +11,8 @@ import ast
 import operator
 from collections.abc import Mapping
 
+from solforge.pysyntax import parse_python
+
 _BINARY = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -40,7 +42,7 @@ def parse_expression(text: str) -> ast.Expression:
     if not isinstance(text, str) or not text.strip():
         raise ExpressionError("expression must be a non-empty string")
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = parse_python(text, mode="eval")
     except SyntaxError as exc:
         raise ExpressionError(f"syntax error in {text!r}: {exc.msg}") from None
     for node in ast.walk(tree):

@@ -19,6 +19,7 @@ from typing import Any
 from solforge.data.solution import SolutionError, parse_solution
 from solforge.errors import SolforgeError
 from solforge.problem.problem import Problem
+from solforge.pysyntax import parse_python
 
 ENTRY_FILE = "kernel.py"
 ENTRY_FUNCTION = "run"
@@ -75,7 +76,7 @@ def _entry_block(blocks: list[CodeBlock]) -> CodeBlock:
     with_run, syntax_errors = [], []
     for block in blocks:
         try:
-            tree = ast.parse(block.code)
+            tree = parse_python(block.code)
         except SyntaxError as exc:
             syntax_errors.append(f"line {exc.lineno}: {exc.msg}")
             continue
@@ -96,7 +97,7 @@ def _top_level_functions(tree: ast.Module) -> set[str]:
 def _has_triton_kernel(code: str) -> bool:
     """A function decorated with triton.jit (directly, or under autotune/heuristics)."""
     try:
-        tree = ast.parse(code)
+        tree = parse_python(code)
     except SyntaxError:
         return False
     for node in ast.walk(tree):
