@@ -14,13 +14,14 @@ process, sandboxed or not, loads before it would build.
 
 `--skip-recorded` leaves out the problems a library-baselines record (library_baselines_gpu.py's
 output) already holds: their modules need not be built on this machine (about 40 s each).
-Writes what was built, how long each first call took, each baseline's error if it failed, and
+Writes the modules compiled on the CPU machine and installed before it ran (`prebuilt`), what
+was built, how long each first call took, each baseline's error if it failed, and
 the modules installed, after every problem: a call stopped by its time limit keeps what it
 built and installed, and the next run goes on from OUT (the problems built there are skipped; a
 failed one is tried again, its partial build resumed by ninja). `complete` says whether every
 problem was built. With --deadline-s, no problem starts that could not end before it (as long
 as the longest first call so far; a prefill module takes minutes). Needs a CUDA GPU and
-FlashInfer; nothing is built on the CPU.
+FlashInfer; this script builds nothing on the CPU (carry_flashinfer_aot.sh does, beforehand).
 """
 
 from __future__ import annotations
@@ -95,6 +96,15 @@ def install_ahead_of_time() -> list[str]:
     return installed
 
 
+def prebuilt() -> list[str]:
+    """The modules compiled on the CPU machine (carry_flashinfer_aot.sh) that the flashinfer
+    stage installed ahead of time: their first calls load them, no build."""
+    from flashinfer.jit import env as jit_env
+
+    manifest = Path(jit_env.FLASHINFER_AOT_DIR) / "flashinfer-aot.json"
+    return list(json.loads(manifest.read_text())["modules"]) if manifest.is_file() else []
+
+
 def built(record: dict[str, Any]) -> set[str]:
     """The problems a setup record holds as built (a first call that raised nothing)."""
     return {address for address, result in record.get("problems", {}).items()
@@ -117,7 +127,8 @@ def main() -> int:
     record: dict[str, Any] = {"problems": {}}
     if args.out.is_file():
         record = json.loads(args.out.read_text())
-    record |= {"flashinfer": flashinfer.__version__, "environment": recorded_environment("cuda")}
+    record |= {"flashinfer": flashinfer.__version__, "environment": recorded_environment("cuda"),
+               "prebuilt": prebuilt()}
     wanted = args.problems or flashinfer_problems(args.skip_recorded)
     longest = 0.0
     for address in [a for a in wanted if a not in built(record)]:

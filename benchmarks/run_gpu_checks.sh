@@ -52,10 +52,13 @@
 #                        failed)
 #           flashinfer   FlashInfer for the libraries stage: unpacks FI_CARRY/flashinfer-site.tar.xz
 #                        (FI_CARRY default .fi, made beforehand by benchmarks/carry_flashinfer.sh
-#                        and carried) into FI_SITE (default /tmp/fi_site), then builds the
-#                        modules its library baselines call and installs them ahead of time, so
-#                        sandboxed workers load them (benchmarks/flashinfer_setup.py, about
-#                        40-60 s a module, minutes for a prefill one; resumable: goes on from
+#                        and carried) into FI_SITE (default /tmp/fi_site), installs the modules
+#                        of FI_CARRY/flashinfer-aot.tar.xz ahead of time if it is there (compiled
+#                        on the CPU machine by benchmarks/carry_flashinfer_aot.sh for the same
+#                        FlashInfer), then builds the modules its library baselines call that
+#                        are still missing and installs them ahead of time, so sandboxed
+#                        workers load them (benchmarks/flashinfer_setup.py, about 40-60 s a
+#                        module, minutes for a prefill one; resumable: goes on from
 #                        OUTDIR/flashinfer-setup.json). Later stages and calls on the machine
 #                        find FlashInfer in FI_SITE; the libraries stage leaves a FlashInfer
 #                        baseline whose module is not built yet for a later call.
@@ -255,6 +258,7 @@ stage_examples() {
 
 fi_site=${FI_SITE:-/tmp/fi_site}
 fi_carry=${FI_CARRY:-.fi}/flashinfer-site.tar.xz
+fi_aot=${FI_CARRY:-.fi}/flashinfer-aot.tar.xz
 
 use_flashinfer() {  # FlashInfer from FI_SITE on the path of this script and its workers, if there
     [ -d "$fi_site/flashinfer" ] || return 0
@@ -263,6 +267,20 @@ use_flashinfer() {  # FlashInfer from FI_SITE on the path of this script and its
     [ -d "$fi_site/bin" ] && case ":$PATH:" in *":$fi_site/bin:"*) ;; *) export PATH="$fi_site/bin:$PATH" ;; esac
     export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}
     export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fi_ws}
+}
+
+install_prebuilt() {  # carry_flashinfer_aot.sh's modules into FlashInfer's AOT folder, once
+    local aot=$fi_site/flashinfer/data/aot made site
+    [ -f "$fi_aot" ] && [ ! -f "$aot/flashinfer-aot.json" ] || return 0
+    made=$(tar -xJOf "$fi_aot" flashinfer-aot.json | sed -n 's/.*"flashinfer": "\([^"]*\)".*/\1/p')
+    site=$(cd "$fi_site" && ls -d flashinfer_python-*.dist-info 2>/dev/null \
+        | sed 's/^flashinfer_python-\(.*\)\.dist-info$/\1/')
+    if [ "$made" != "$site" ]; then
+        echo "$fi_aot left out: built for FlashInfer $made, the site has ${site:-none}"
+        return 0
+    fi
+    mkdir -p "$aot" && tar -C "$aot" -xJf "$fi_aot"
+    echo "installed ahead of time from $fi_aot:" "$(cd "$aot" && ls -d -- */ | tr -d / | paste -sd " ")"
 }
 
 stage_flashinfer() {
@@ -274,6 +292,7 @@ stage_flashinfer() {
         fi
         mkdir -p "$fi_site" && tar -C "$fi_site" -xJf "$fi_carry" 2>&1 | tee "$out/flashinfer.log"
     fi
+    install_prebuilt 2>&1 | tee -a "$out/flashinfer.log"
     use_flashinfer
     # the problems already recorded need no module built here, unless they are to be judged again
     local skip=(--skip-recorded benchmarks/results/h200-library-baselines.json)

@@ -113,3 +113,20 @@ def test_the_setup_starts_no_build_that_cannot_end_before_its_deadline(tmp_path,
     assert script.main() == 1  # 150 s gone + the 100 s the first build took > 200 s
     assert calls == asked[:1]
     assert json.loads(out.read_text())["complete"] is False
+
+
+def test_the_record_names_the_modules_compiled_on_the_cpu_machine(tmp_path, monkeypatch):
+    """The flashinfer stage installed carry_flashinfer_aot.sh's modules with their manifest;
+    the record lists them, apart from what this machine built."""
+    script = _script()
+    out = tmp_path / "setup.json"
+    _fake_gpu(monkeypatch, tmp_path, script, {"fib/rope_qwen3_8b": {"first_call_s": 0.4}})
+    monkeypatch.setattr(sys, "argv", ["flashinfer_setup.py", "fib/rope_qwen3_8b", "-o", str(out)])
+    assert script.main() == 0
+    assert json.loads(out.read_text())["prebuilt"] == []
+    (tmp_path / "aot").mkdir()
+    (tmp_path / "aot" / "flashinfer-aot.json").write_text(
+        json.dumps({"flashinfer": "0.7.4", "modules": ["rope", "sampling"]}))
+    assert script.main() == 0
+    record = json.loads(out.read_text())
+    assert record["prebuilt"] == ["rope", "sampling"] and record["installed_ahead_of_time"] == []

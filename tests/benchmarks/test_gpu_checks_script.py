@@ -146,6 +146,51 @@ def test_the_carried_flashinfer_is_unpacked_into_its_site(tmp_path):
     assert any("flashinfer_setup.py" in call and f"PYTHONPATH={site}:" in call for call in calls)
 
 
+def _prebuilt_archive(folder: Path, version: str, *modules: str) -> None:
+    """carry_flashinfer_aot.sh's archive: each module's library beside the manifest."""
+    import io
+    import tarfile
+
+    folder.mkdir(exist_ok=True)
+    with tarfile.open(folder / "flashinfer-aot.tar.xz", "w:xz") as archive:
+        files = {"flashinfer-aot.json": json.dumps({"flashinfer": version, "modules": modules}),
+                 **{f"{name}/{name}.so": "ELF" for name in modules}}
+        for name, text in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text)
+            archive.addfile(info, io.BytesIO(text.encode()))
+
+
+def _site_with_flashinfer(site: Path, version: str) -> Path:
+    (site / "flashinfer").mkdir(parents=True)
+    (site / f"flashinfer_python-{version}.dist-info").mkdir()
+    return site / "flashinfer" / "data" / "aot"
+
+
+def test_modules_compiled_on_the_cpu_machine_are_installed_ahead_of_time_once(tmp_path):
+    """Installed before the setup runs, so it finds them built; a second call leaves them."""
+    aot = _site_with_flashinfer(tmp_path / "site", "0.7.4")
+    _prebuilt_archive(tmp_path / "wheels", "0.7.4", "rope", "sampling")
+    out, calls = _flashinfer_stage(tmp_path, "flashinfer", tmp_path / "site")
+    assert (aot / "rope" / "rope.so").read_text() == "ELF"
+    assert (aot / "sampling" / "sampling.so").is_file()
+    assert "installed ahead of time from" in (out / "flashinfer.log").read_text()
+    assert "rope sampling" in (out / "flashinfer.log").read_text()
+    assert any("flashinfer_setup.py" in call for call in calls)
+    (aot / "rope" / "rope.so").write_text("built on the H200")
+    out, _ = _flashinfer_stage(tmp_path, "flashinfer", tmp_path / "site")
+    assert (aot / "rope" / "rope.so").read_text() == "built on the H200"
+
+
+def test_modules_compiled_for_another_flashinfer_are_left_out(tmp_path):
+    aot = _site_with_flashinfer(tmp_path / "site", "0.7.4")
+    _prebuilt_archive(tmp_path / "wheels", "0.6.0", "rope")
+    out, calls = _flashinfer_stage(tmp_path, "flashinfer", tmp_path / "site")
+    assert not aot.exists()
+    assert "built for FlashInfer 0.6.0, the site has 0.7.4" in (out / "flashinfer.log").read_text()
+    assert any("flashinfer_setup.py" in call for call in calls)  # it builds them itself
+
+
 def test_the_flashinfer_stage_goes_on_and_the_libraries_wait_for_its_modules(tmp_path):
     """The setup resumes from its own record, so the stage runs again while one exists, and
     the libraries stage is told which modules it holds."""
