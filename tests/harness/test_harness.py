@@ -585,6 +585,44 @@ def _threads_after_return(watch: WorkAfterReturn) -> None:
     jobs.put(None)
 
 
+def test_a_thread_that_works_a_little_after_every_return_is_caught_on_the_third():
+    """A late writer of a small output uses a tenth of a millisecond after each call: under the
+    one-window allowance, so it is counted over windows; a pool that finishes its jobs within
+    the calls never is."""
+    start = threading.Thread.start
+    try:
+        watch = WorkAfterReturn(ThreadOrigins())
+        jobs: queue.Queue = queue.Queue()
+        done: queue.Queue = queue.Queue()
+
+        def pool_thread():
+            while (seconds := jobs.get()) is not None:
+                began = time.thread_time()
+                while time.thread_time() - began < seconds:
+                    pass
+                done.put(True)
+
+        thread = threading.Thread(target=pool_thread, name="pool", daemon=True)
+        thread.start()
+        for _ in range(10):  # honest: the job ends before the call returns
+            jobs.put(0.0003)
+            done.get()
+            watch.mark()
+            time.sleep(0.01)
+            assert watch.busy() == []
+        found = []
+        for _ in range(3):  # late: the job runs after the return, 0.3 ms of CPU each time
+            watch.mark()
+            jobs.put(0.0003)
+            done.get()
+            found.append(watch.busy())
+        assert found[:2] == [[], []]
+        assert len(found[2]) == 1 and found[2][0].startswith("pool worked after 3 returns")
+        jobs.put(None)
+    finally:
+        threading.Thread.start = start
+
+
 def test_driver_recomputes_statistics_and_bounds_times_by_its_bracket():
     meta = {"method": "cpu", "times_ms": [1.0, 3.0, 2.0], "median_ms": 0.001,
             "min_ms": 0.001, "sm_clock_mhz": None}

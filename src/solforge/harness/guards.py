@@ -81,6 +81,13 @@ _STDLIB = sysconfig.get_paths()["stdlib"]
 # CPU time a thread may spend between a call's return and the next check: waking up to find
 # an empty queue costs microseconds; doing a kernel's work costs far more.
 IDLE_CPU_S = 0.002
+# Less CPU than that can still be a late writer when it comes after every call (a small output
+# filled from a pool thread costs a tenth of a millisecond): a thread that used more than a
+# wake-up's worth after REPEATED_RETURNS of the calls is caught however little each time was. A
+# blocked pool thread that finished its job within the call spends under 20 us on the way back
+# to its queue.
+WAKE_CPU_S = 0.00005
+REPEATED_RETURNS = 3
 _AUDITED = ("sys.addaudithook", "sys.monitoring.register_callback")
 
 
@@ -420,15 +427,22 @@ def thread_cpu_seconds(thread: threading.Thread) -> float | None:
 
 class WorkAfterReturn:
     """The CPU time of every other Python thread when a call returned, to find threads that
-    worked after it: a late write, or work moved out of the timed call."""
+    worked after it: a late write, or work moved out of the timed call. Each return opens a
+    window that the next call closes; a thread is caught for much work in one window, or for
+    some work in REPEATED_RETURNS of them."""
 
     def __init__(self, origins: ThreadOrigins) -> None:
         self.origins = origins
         self.at_return: dict[threading.Thread, float] = {}
         self.returned: float | None = None
+        # native id -> (name, CPU seconds) in the open window, as the latest check saw it
+        self.window: dict[int, tuple[str, float]] = {}
+        # native id -> (name, closed windows it used more than WAKE_CPU_S in, CPU seconds)
+        self.worked_after: dict[int, tuple[str, int, float]] = {}
 
     def mark(self) -> None:
         """Right after a call returned (and its device work was waited for)."""
+        self._close_window()
         me = threading.current_thread()
         self.origins.ended.clear()
         self.at_return = {t: cpu for t in threading.enumerate()
@@ -440,20 +454,46 @@ class WorkAfterReturn:
         if self.returned is None:
             return []
         me = threading.current_thread()
-        found = []
+        found, window = [], {}
         for thread in threading.enumerate():
             if thread is me:
                 continue
             now = thread_cpu_seconds(thread)
             used = (now or 0.0) - self.at_return.get(thread, 0.0)
+            if now is not None:
+                window[thread.native_id] = (thread.name, used)
             if now is not None and used > allowance_s:
                 found.append(self._describe(thread.name, thread, used))
         at_return_by_id = {t.native_id: cpu for t, cpu in self.at_return.items()}
         for native_id, (name, cpu) in self.origins.ended.items():
             used = cpu - at_return_by_id.get(native_id, 0.0)
+            window[native_id] = (name, used)
             if used > allowance_s:
                 found.append(self._describe(name, None, used) + " and ended")
-        return found
+        self.window = window
+        return found + self._repeated()
+
+    def _close_window(self) -> None:
+        """Count the threads that worked in the window the last checks saw."""
+        worked = dict(self.worked_after)
+        for native_id, (name, used) in self.window.items():
+            if used > WAKE_CPU_S:
+                _, count, total = worked.get(native_id, (name, 0, 0.0))
+                worked[native_id] = (name, count + 1, total + used)
+        self.worked_after, self.window = worked, {}
+
+    def _repeated(self) -> list[str]:
+        """Threads that worked after REPEATED_RETURNS returns, this window included."""
+        found = []
+        for native_id in self.worked_after.keys() | self.window.keys():
+            name, count, total = self.worked_after.get(native_id, ("?", 0, 0.0))
+            name, used = self.window.get(native_id, (name, 0.0))
+            if used > WAKE_CPU_S:
+                count, total = count + 1, total + used
+            if count >= REPEATED_RETURNS:
+                found.append(f"{name} worked after {count} returns ({total * 1e3:.2f} ms of CPU "
+                             f"in all)")
+        return sorted(found)
 
     def _describe(self, name: str, thread: threading.Thread | None, used: float) -> str:
         starter = self.origins.starter.get(thread, "?") if thread is not None else "?"

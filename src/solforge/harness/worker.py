@@ -158,7 +158,7 @@ class Worker:
         guards.pin("worker.link.reader", self.link.reader, mutable=("sequence",))
         guards.pin("worker.guards", guards)
         guards.pin("worker.guards.after_return", guards.after_return,
-                   mutable=("at_return", "returned"))
+                   mutable=("at_return", "returned", "window", "worked_after"))
 
     def _warm_up_harness(self) -> None:
         """Start what the harness itself starts lazily (profiler, thread pools, CUDA context), so
