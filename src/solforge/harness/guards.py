@@ -450,7 +450,8 @@ class WorkAfterReturn:
         self.returned = time.monotonic()
 
     def busy(self, allowance_s: float = IDLE_CPU_S) -> list[str]:
-        """Threads that used more than `allowance_s` of CPU since the last `mark`."""
+        """Threads that used more than `allowance_s` of CPU since the last `mark`, or worked
+        after REPEATED_RETURNS returns; keeps what it saw of this window for the next `mark`."""
         if self.returned is None:
             return []
         me = threading.current_thread()
