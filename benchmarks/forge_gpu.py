@@ -114,6 +114,7 @@ class Call:
     compose: bool = False  # compose the finished problems instead of searching
     seeds: bool = False  # with compose: judge the templates' seeds the archive lacks first
     again: tuple[str, ...] = ()  # search again the finished problems whose address has one
+    per_gpu: int = 1  # candidates judged side by side on the GPU (harness/device_lock.py)
 
     @property
     def progress(self) -> Path:
@@ -164,7 +165,7 @@ def search_until_deadline(call: Call, started: float) -> None:
         log(f"searched again: {', '.join(forget(call)) or 'none of them was finished'}")
     done = {json.loads(line)["problem"] for line in _lines(call.progress)}
     store = open_store(f"sqlite:///{call.out / 'forge.db'}")
-    with open_runner("local", call.device, 1) as runner:
+    with open_runner("local", call.device, call.per_gpu, per_gpu=call.per_gpu) as runner:
         for number, address in enumerate(call.problems, start=1):
             if address in done:
                 continue
@@ -232,7 +233,7 @@ def compose_until_deadline(call: Call, started: float) -> None:
     composed = {line["problem"] for line in map(json.loads, _lines(call.composed))
                 if line.get("reference_returns")}
     store = open_store(f"sqlite:///{call.out / 'forge.db'}")
-    with open_runner("local", call.device, 1) as runner:
+    with open_runner("local", call.device, call.per_gpu, per_gpu=call.per_gpu) as runner:
         for address in [a for a in done if a not in composed and a in call.problems]:
             left_s = call.deadline_s - (time.monotonic() - started) - MARGIN_S - FINAL_S
             if left_s < MIN_COMPOSE_S:
@@ -484,6 +485,8 @@ def main() -> None:
                              "archive lacks")
     parser.add_argument("--again", nargs="+", default=[], metavar="TEXT",
                         help="search again the finished problems whose address has a TEXT")
+    parser.add_argument("--per-gpu", type=int, default=1,
+                        help="candidates sharing the GPU, their timed loops one at a time")
     parser.add_argument("--tables-only", action="store_true",
                         help="search nothing: write the summary files again from the "
                              "progress and compose files, keeping the recorded environment")
@@ -502,7 +505,7 @@ def main() -> None:
     name = args.name or ("h200" if args.device == "cuda" else "cpu")
     call = Call(args.out.resolve(), args.problems or default_problems(args.count), args.budget,
                 args.deadline_s, args.device, name, args.patience or None, args.compose,
-                args.seeds, tuple(args.again))
+                args.seeds, tuple(args.again), args.per_gpu)
     if call.compose:
         compose_until_deadline(call, started)
     else:

@@ -7,9 +7,20 @@
 #   stages: env tests calibrate harness   (the default, in this order)
 #           throughput   issue 13: seconds per optimizer candidate, phases before/after, the
 #                        suite cold/warm (benchmarks/throughput_gpu.py, resumable)
+#           sharing      issue 13 with units sharing the GPU: for each N of SHARE_PER_GPU
+#                        (default "1 3"), the throughput stage's optimizer search over its four
+#                        problems (SHARE_CANDIDATES candidates, default 36) with N units on the
+#                        GPU, their timed loops one at a time (throughput_gpu.py --per-gpu N
+#                        --name h200-shareN, into OUTDIR/sharing/; goes on from the committed
+#                        benchmarks/results/h200-shareN-throughput-state); then whether the
+#                        times agree: six problems' shipped solutions benched alone and 3 to a
+#                        GPU (benchmarks/sharing_fidelity.py, OUTDIR/sharing/
+#                        h200-sharing-fidelity.json; resumable from OUTDIR/sharing)
 #           suite        the bundled suite and its shipped solutions (issue 5; goes on from
 #                        the committed benchmarks/results/h200-suite.db.gz, or SUITE_STORE,
 #                        and leaves OUTDIR/suite/h200-suite.db.gz to commit)
+#                        (SUITE_PER_GPU=N, here and in suitewarm: N units share the GPU, see
+#                        sharing; each call's N is in the calls ledger)
 #           suitewarm    issue 13's suite_warm_minutes measured, not extrapolated: the whole
 #                        suite benched into a results store of its own with the committed
 #                        baselines imported (suite_gpu.py --name h200-warm: only the shipped
@@ -26,7 +37,8 @@
 #                        the templates' seeds the archive lacks first (--seeds);
 #                        FORGE_PROBLEMS="tier/name ..." limits either to those problems;
 #                        FORGE_AGAIN="TEXT ..." searches again the finished problems whose
-#                        address has a TEXT, after their template changed: one call only)
+#                        address has a TEXT, after their template changed: one call only;
+#                        FORGE_PER_GPU=N judges N candidates side by side, see sharing)
 #           hgemm        the HGEMM tuner and benchmark (issue 7; carry nvmath-python)
 #           sandbox      the sandbox's cost per candidate on the GPU (benchmarks/sandbox_cost.py)
 #           floor        the launch floor: near-empty kernels, cold and warm L2
@@ -161,6 +173,24 @@ stage_throughput() {
         2>&1 | tee -a "$out/throughput.log"
 }
 
+stage_sharing() {
+    local per name state
+    for per in ${SHARE_PER_GPU:-1 3}; do
+        name="h200-share$per"
+        state="$out/sharing/$name-throughput-state"
+        if [ ! -d "$state" ] && [ -d "benchmarks/results/$name-throughput-state" ]; then
+            mkdir -p "$out/sharing" && cp -r "benchmarks/results/$name-throughput-state" "$state"
+        fi
+        import_baselines --cache-dir "$state/cache"
+        "$python" benchmarks/throughput_gpu.py "$out/sharing" --name "$name" --per-gpu "$per" \
+            --candidates "${SHARE_CANDIDATES:-36}" --before 0 --suite-sample 0 \
+            --deadline-s "$((call_deadline - SECONDS))" 2>&1 | tee -a "$out/sharing.log"
+    done
+    import_baselines
+    "$python" benchmarks/sharing_fidelity.py "$out/sharing" --per-gpu 3 \
+        --deadline-s "$((call_deadline - SECONDS))" 2>&1 | tee -a "$out/sharing.log"
+}
+
 suite_store=${SUITE_STORE:-benchmarks/results/h200-suite.db.gz}
 forge_store=${FORGE_STORE:-benchmarks/results/h200-forge.db.gz}
 warm_store=${WARM_STORE:-benchmarks/results/h200-warm-suite.db.gz}
@@ -180,7 +210,7 @@ stage_suite() {
     unpack_store "$suite_store" "$out/suite/suite.db"
     import_baselines
     "$python" benchmarks/suite_gpu.py "$out/suite" all --deadline-s "$deadline" \
-        2>&1 | tee -a "$out/suite.log"
+        --per-gpu "${SUITE_PER_GPU:-1}" 2>&1 | tee -a "$out/suite.log"
     pack_store "$out/suite/suite.db" "$out/suite/h200-suite.db.gz"
     export_baselines
 }
@@ -192,7 +222,7 @@ stage_suitewarm() {
     seed_from_results h200-warm-suite-calls.jsonl "$out/suitewarm/h200-warm-suite-calls.jsonl"
     import_baselines
     "$python" benchmarks/suite_gpu.py --name h200-warm "$out/suitewarm" all \
-        --deadline-s "$deadline" 2>&1 | tee -a "$out/suitewarm.log"
+        --deadline-s "$deadline" --per-gpu "${SUITE_PER_GPU:-1}" 2>&1 | tee -a "$out/suitewarm.log"
     pack_store "$out/suitewarm/suite.db" "$out/suitewarm/h200-warm-suite.db.gz"
     export_baselines
 }
@@ -210,7 +240,7 @@ stage_forge() {
     [ -n "${FORGE_AGAIN:-}" ] && [ "${FORGE_COMPOSE:-0}" != 1 ] && compose+=(--again $FORGE_AGAIN)
     # shellcheck disable=SC2086
     "$python" benchmarks/forge_gpu.py "$out/forge" ${FORGE_PROBLEMS:-} --deadline-s "$deadline" \
-        "${compose[@]}" 2>&1 | tee -a "$out/forge.log"
+        --per-gpu "${FORGE_PER_GPU:-1}" "${compose[@]}" 2>&1 | tee -a "$out/forge.log"
     pack_store "$out/forge/forge.db" "$out/forge/h200-forge.db.gz"
     export_baselines
 }
@@ -339,6 +369,7 @@ for stage in "${stages[@]}"; do
         calibrate) run_stage calibrate h200-measured.json stage_calibrate ;;
         harness) run_stage harness harness_summary.json stage_harness ;;
         throughput) run_stage throughput "" stage_throughput ;;
+        sharing) run_stage sharing "" stage_sharing ;;
         suite) run_stage suite "" stage_suite ;;
         suitewarm) run_stage suitewarm "" stage_suitewarm ;;
         forge) run_stage forge "" stage_forge ;;

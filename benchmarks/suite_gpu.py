@@ -2,7 +2,7 @@
 resumable across calls, then the recorded tables and the HTML report.
 
     python benchmarks/suite_gpu.py OUTDIR [TARGET ...] [--deadline-s 540] [--device cuda|cpu]
-                                   [--name h200] [--launch-floor FILE] [--chunk N]
+                                   [--name h200] [--launch-floor FILE] [--chunk N] [--per-gpu N]
 
 TARGETs are what `solforge bench` takes (default: `all`). Problems are benched --chunk at a
 time (on a GPU all of them in one `bench` run), in suite order, into OUTDIR/suite.db. Each run
@@ -104,6 +104,7 @@ class Call:
     name: str  # the files' prefix
     floor_ms: float | None = None  # the launch floor; None on the CPU
     chunk: int = 1  # problems per `solforge bench` run; 0: all in one
+    per_gpu: int = 1  # units sharing the GPU (harness/device_lock.py)
 
 
 class UnitLog:
@@ -144,7 +145,7 @@ def bench_until_deadline(call: Call, started: float) -> list[BenchOutcome]:
     store = open_store(f"sqlite:///{call.out / 'suite.db'}")
     found = find_solutions(solution_folders([], bundled=True))
     problems = plan_problems(call.targets, found, call.device)
-    config = BenchConfig(device=call.device, baseline=baseline_of(call),
+    config = BenchConfig(device=call.device, baseline=baseline_of(call), per_gpu=call.per_gpu,
                          command=f"benchmarks/suite_gpu.py {' '.join(call.targets)}")
     outcomes: list[BenchOutcome] = []
     longest = 0.0
@@ -194,7 +195,7 @@ def record_call(call: Call, outcomes: list[BenchOutcome], seconds: float,
     left = len(planned_units(call, store, outcomes[-1].hardware)[1]) if outcomes else None
     line = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "seconds": round(seconds, 2), "measured": sum(o.measured for o in outcomes),
-            "units_left": left, "empty_before": empty_before,
+            "units_left": left, "empty_before": empty_before, "per_gpu": call.per_gpu,
             "baseline_seconds": round(sum(e["seconds"] for name, e in table.items()
                                           if name.startswith(BASELINE_PHASES)), 2)}
     ledger = call.out / f"{call.name}-suite-calls.jsonl"
@@ -208,7 +209,9 @@ def record_call(call: Call, outcomes: list[BenchOutcome], seconds: float,
                "minutes": round(total / 60, 3), "complete": calls[-1]["units_left"] == 0,
                "from_an_empty_store": calls[0]["empty_before"],
                "baseline_seconds": round(sum(c["baseline_seconds"] for c in calls), 2),
-               "measured": sum(c["measured"] for c in calls)}
+               "measured": sum(c["measured"] for c in calls),
+               # units per GPU in each call (1 where the ledger predates --per-gpu)
+               "per_gpu": sorted({c.get("per_gpu", 1) for c in calls})}
     (call.out / f"{call.name}-suite-time.json").write_text(json.dumps(summary, indent=1) + "\n")
     log(f"bench time: {seconds:.1f} s this call, {total / 60:.2f} min over {len(calls)} calls"
         + ("" if summary["complete"] else f"; {left} units left"))
@@ -401,6 +404,8 @@ def main() -> None:
                         help="problems per bench run (default: all on a GPU, 1 on the CPU)")
     parser.add_argument("--launch-floor", type=Path, default=None,
                         help="launch_floor.py's file (default: the newest recorded H200 one)")
+    parser.add_argument("--per-gpu", type=int, default=1,
+                        help="units sharing the GPU, their timed loops one at a time")
     parser.add_argument("--tables-only", action="store_true",
                         help="bench nothing: write the files again from OUTDIR/suite.db")
     args = parser.parse_args()
@@ -411,9 +416,11 @@ def main() -> None:
     name = args.name or ("h200" if args.device == "cuda" else "cpu")
     if args.chunk is not None and args.chunk < 1:
         sys.exit(f"--chunk {args.chunk}: give at least 1 problem per run")
+    if args.per_gpu != 1 and args.device != "cuda":
+        sys.exit(f"--per-gpu {args.per_gpu}: units share a GPU, not the CPU")
     call = Call(args.out.resolve(), args.targets, args.deadline_s, args.device, name,
                 floor_ms(args.launch_floor) if args.device == "cuda" else None,
-                args.chunk or (0 if args.device == "cuda" else 1))
+                args.chunk or (0 if args.device == "cuda" else 1), args.per_gpu)
     if args.tables_only:
         earlier = call.out / f"{name}-suite.json"
         environment = (json.loads(earlier.read_text())["environment"] if earlier.exists()

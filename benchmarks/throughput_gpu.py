@@ -2,7 +2,7 @@
 
     python benchmarks/throughput_gpu.py OUTDIR [--state DIR] [--deadline-s 540]
         [--candidates 72] [--problems P ...] [--before 3] [--suite-sample 4]
-        [--device cuda|cpu] [--name h200]
+        [--device cuda|cpu] [--name h200] [--per-gpu 1]
 
 Stages; each one's result is kept in the state folder (default OUTDIR/NAME-throughput-state)
 and a later call skips the stages already there:
@@ -10,10 +10,13 @@ and a later call skips the stages already there:
    (SOLFORGE_WORKER_POOL=0: a fresh unit process and fresh workers per candidate, the harness
    as it was), with their phase table: the "before" column.
 2. `optimizer`: a template search (what `solforge optimize` runs) of `--candidates` spread over
-   the problems, through the local runner, one unit per GPU. GPU-machine seconds per judged
-   candidate are the gaps between consecutive results (the machine's wall time each candidate
-   costs in a queue that keeps the GPU busy); the first result of each problem also times its
-   baselines and is reported apart. The phases of every unit are summed into the table. Each
+   the problems, through the local runner, one unit per GPU (`--per-gpu N`: N units share
+   it, their timed loops one at a time, harness/device_lock.py). GPU-machine seconds per
+   judged candidate are the gaps between consecutive results (the machine's wall time each
+   candidate costs in a queue that keeps the GPU busy): their median with one unit per GPU,
+   their mean with several (units side by side end in bursts, and the median gap of a burst
+   says nothing of the rate); the first result of each problem also times its baselines and
+   is reported apart. The phases of every unit are summed into the table. Each
    problem's search is kept in the state folder the moment it ends (a call cut short loses
    only the problem in flight), and the record is rewritten after each one. A later call
    with more `--problems` searches the new ones and sums all of them.
@@ -77,6 +80,8 @@ MARGIN_S = 20.0
 # leaves a margin. A suite sample cut by the call's limit records nothing, so it starts only
 # with this much time per problem left.
 SUITE_SECONDS_PER_PROBLEM = {"cuda": 75.0, "cpu": 20.0}
+# gpu_seconds_per_candidate: the median gap with one unit per GPU, the mean with several
+_STATISTIC = {False: "seconds_per_candidate_median", True: "seconds_per_candidate_gaps_mean"}
 GOAL = {"gpu_seconds_per_candidate": 0.5, "suite_cold_minutes": 30.0, "suite_warm_minutes": 10.0}
 
 
@@ -91,6 +96,7 @@ class Call:
     before: int
     suite_sample: int
     deadline: float  # time.monotonic() at which the call must have written its result
+    per_gpu: int = 1  # units sharing the GPU in the optimizer stage
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -127,7 +133,7 @@ def search(call: Call, problems: list[str], total: int, store_name: str,
     store = open_store(f"sqlite:///{call.state / store_name}")
     per_problem = max(1, total // len(problems))
     done = [_problem_file(call, store_name, a) for a in problems]
-    with open_runner("local", call.device, 1) as runner:
+    with open_runner("local", call.device, call.per_gpu, per_gpu=call.per_gpu) as runner:
         for number, address in enumerate(problems):
             if done[number].is_file():
                 log(f"{address}: searched in an earlier call")
@@ -185,6 +191,7 @@ def _summed(found: list[dict[str, Any]], problems: list[str]) -> dict[str, Any]:
         "problems_left": [p for p in problems if p not in {f["problem"] for f in found}],
         "wall_seconds": round(wall, 2),
         "seconds_per_candidate_median": _round(statistics.median(gaps) if gaps else None),
+        "seconds_per_candidate_gaps_mean": _round(statistics.mean(gaps) if gaps else None),
         "seconds_per_candidate_mean": _round(wall / judged if judged else None),
         "first_candidate_seconds": [_round(f["first_seconds"]) for f in found],
         "unit_seconds_median": _round(statistics.median(units) if units else None),
@@ -315,7 +322,9 @@ def write_record(call: Call, old: dict[str, Any] | None, now: dict[str, Any] | N
         "date": datetime.date.today().isoformat(),
         "device": call.device,
         "environment": recorded_environment(call.device),
-        "gpu_seconds_per_candidate": now and now["seconds_per_candidate_median"],
+        "gpu_seconds_per_candidate": now and now[_STATISTIC[call.per_gpu > 1]],
+        "per_candidate_statistic": _STATISTIC[call.per_gpu > 1],
+        "per_gpu": call.per_gpu,
         "candidates": now and now["candidates"],
         "suite_cold_minutes": sampled and sampled["cold_minutes"],
         "suite_warm_minutes": sampled and sampled["warm_minutes"],
@@ -357,9 +366,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--suite-sample", type=int, default=4)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--name", default="h200")
+    parser.add_argument("--per-gpu", type=int, default=1)
     args = parser.parse_args(argv)
-    if args.candidates < 1 or args.before < 0 or args.suite_sample < 0:
-        raise SystemExit("--candidates must be >= 1, --before and --suite-sample >= 0")
+    if args.candidates < 1 or args.before < 0 or args.suite_sample < 0 or args.per_gpu < 1:
+        raise SystemExit("--candidates and --per-gpu must be >= 1, --before and --suite-sample "
+                         ">= 0")
+    if args.per_gpu > 1 and args.device != "cuda":
+        raise SystemExit("--per-gpu is for a GPU")
     try:
         for address in args.problems:
             open_problem(address)
@@ -368,7 +381,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     call = Call(args.out, args.state or args.out / f"{args.name}-throughput-state",
                 args.device, args.name, args.candidates, tuple(args.problems), args.before,
-                args.suite_sample, time.monotonic() + args.deadline_s)
+                args.suite_sample, time.monotonic() + args.deadline_s, args.per_gpu)
     run(call)
 
 

@@ -203,7 +203,7 @@ def test_a_forge_search_cut_by_the_deadline_goes_on_in_the_next_call(tmp_path, m
             return outcomes[len(given) - 1]
 
     monkeypatch.setattr(script, "Optimizer", Scripted)
-    monkeypatch.setattr(script, "open_runner", lambda *args: nullcontext())
+    monkeypatch.setattr(script, "open_runner", lambda *args, **options: nullcontext())
     call = script.Call(tmp_path, [PROBLEM], 10, 1000.0, "cpu", "cpu")
     script.search_until_deadline(call, time.monotonic())
     assert not call.progress.exists() and len(call.cuts.read_text().splitlines()) == 1
@@ -246,7 +246,7 @@ def scripted_composer(script, monkeypatch, compositions: list) -> list:
             return None if reason is None else Composition(None, {}, None, reason)
 
     monkeypatch.setattr(script, "Optimizer", Scripted)
-    monkeypatch.setattr(script, "open_runner", lambda *args: nullcontext())
+    monkeypatch.setattr(script, "open_runner", lambda *args, **options: nullcontext())
     return given
 
 
@@ -344,6 +344,50 @@ def test_throughput_keeps_each_problem_and_goes_on_from_the_next(tmp_path, monke
     assert not record["complete"] and record["candidates"] == 2
 
 
+def test_units_sharing_the_gpu_are_counted_by_their_rate_not_their_median_gap(tmp_path,
+                                                                               monkeypatch):
+    """Units side by side end in bursts (gaps 0.1, 0.1, 5.8): the median gap (0.1) would say
+    nothing of the rate, so with --per-gpu the record's figure is the mean gap (2.0)."""
+    script = _load_script(THROUGHPUT_SCRIPT, monkeypatch)
+    kept = {"problem": "l1/a", "candidates": 4, "wall_seconds": 12.0, "first_seconds": 6.0,
+            "gaps": [0.1, 0.1, 5.8], "unit_seconds": [6.0] * 4, "statuses": {"PASSED": 4},
+            "phases": {"timing": {"seconds": 3.0, "count": 4}}}
+    for per_gpu, expected in ((1, 0.1), (3, 2.0)):
+        call = script.Call(tmp_path, tmp_path / f"state{per_gpu}", "cuda", "h200", 4,
+                           ("l1/a",), 0, 0, time.monotonic() + 600, per_gpu)
+        call.state.mkdir()
+        script._problem_file(call, "forge.db", "l1/a").write_text(json.dumps(kept))
+        monkeypatch.setattr(script, "recorded_environment", lambda device: {})
+        record = script.write_record(call, None, script._so_far(call), None)
+        assert record["per_gpu"] == per_gpu
+        assert record["gpu_seconds_per_candidate"] == pytest.approx(expected)
+    run = subprocess.run([sys.executable, str(THROUGHPUT_SCRIPT), str(tmp_path), "--device",
+                          "cpu", "--per-gpu", "2"], capture_output=True, text=True)
+    assert run.returncode != 0 and "--per-gpu is for a GPU" in run.stderr
+
+
+def test_sharing_fidelity_pairs_what_passed_in_both_runs(monkeypatch):
+    """Only workloads that passed alone and shared are compared; the record's deviations are
+    those of shared / alone."""
+    from solforge.bench.results import Measured, ProblemResults
+
+    script = _load_script(REPO / "benchmarks" / "sharing_fidelity.py", monkeypatch)
+
+    def results(times: dict[str, float | None]) -> ProblemResults:
+        outcomes = {uuid: Measured(ms is not None, ms) for uuid, ms in times.items()}
+        return ProblemResults("l1/p", "l1", tuple(times), {}, {}, {"sol": outcomes})
+
+    alone = results({"w1": 1.0, "w2": 2.0, "w3": 3.0, "w4": None})
+    shared = results({"w1": 1.02, "w2": 1.9, "w3": None, "w4": 4.0})
+    found = script.pairs([alone], [shared])
+    assert [(p.workload, round(p.ratio, 3)) for p in found] == [("w1", 1.02), ("w2", 0.95)]
+    told = script.summary(found)
+    assert told["workloads"] == 2
+    assert told["largest_abs_deviation"] == pytest.approx(0.05)
+    assert told["largest_at"]["workload"] == "w2"
+    assert script.summary([])["median_ratio"] is None
+
+
 def test_a_suite_sample_without_the_time_for_it_is_not_started_nor_kept(tmp_path, monkeypatch):
     """A sample cut by the call's limit would record nothing: it is not started, no result is
     kept, and the next call starts it again."""
@@ -433,7 +477,7 @@ def test_forge_again_forgets_the_finished_problems_it_names_and_searches_them(tm
         path.write_text("".join(json.dumps(r) + "\n" for r in records))
     searched = []
     monkeypatch.setattr(script, "open_store", lambda url: None)
-    monkeypatch.setattr(script, "open_runner", lambda *args: nullcontext())
+    monkeypatch.setattr(script, "open_runner", lambda *args, **options: nullcontext())
     monkeypatch.setattr(script, "search_problem",
                         lambda call, store, address, runner, search_s: searched.append(address)
                         or {"problem": address, "judged": 2, "best": None, "converged": True,

@@ -510,7 +510,7 @@ def test_optimize_exits_1_when_no_candidate_is_correct(tmp_path, monkeypatch, ca
                                    converged=False)
 
     @contextmanager
-    def one_slot(*args):
+    def one_slot(*args, **options):
         yield SimpleNamespace(slots=1, machine=SimpleNamespace(hardware="CPU_x86_64"))
 
     monkeypatch.setattr(loop, "Optimizer", NoLuck)

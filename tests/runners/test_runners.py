@@ -378,6 +378,25 @@ def test_local_runner_gives_each_unit_a_gpu_of_its_own(tmp_path):
 
 
 @pytest.mark.gpu
+def test_local_runner_puts_units_side_by_side_on_one_gpu(tmp_path):
+    """Three units share GPU 0 (harness/device_lock.py): each waited for the lock (its rounds
+    shared, its timed loop alone) and passed as it does alone."""
+    with open_runner("local", "cuda:0", per_gpu=3) as runner:
+        assert runner.slots == 3
+        for task in _gpu_tasks(_gpu_config(tmp_path)):
+            runner.submit(task)
+        with runner.exclusive_device():  # what a profiler would hold: units wait meanwhile
+            time.sleep(0.5)
+        results = list(runner.results())
+    assert sorted(r.slot for r in results) == ["cuda:0#1", "cuda:0#2", "cuda:0#3"]
+    for result in results:
+        assert _statuses(result) == ["PASSED"] * 2, result
+        waits = sum(e["count"] for name, e in result.phases.items()
+                    if name.endswith("device_wait"))
+        assert waits >= 4, result.phases  # 2 workloads x (rounds, loop)
+
+
+@pytest.mark.gpu
 def test_ray_evaluates_on_gpus_and_compiles_cuda_in_a_cpu_task(tmp_path):
     pytest.importorskip("ray", reason="the Ray tests need Ray: pip install 'solforge[ray]'")
     with open_runner("ray", "cuda") as runner:  # a Ray instance of its own on this machine

@@ -59,6 +59,7 @@ class BenchConfig:
     cache_dir: Path | None = None  # builds and baseline times; None: the harness default
     runner: str = "local"  # where the workers run: local or ray
     workers: int | None = None  # units at once; None: one per GPU (core), or the cluster's
+    per_gpu: int = 1  # local runner: units sharing each GPU, their timed loops one at a time
     ray_address: str | None = None  # auto or HOST:PORT; None: a Ray instance of its own
     command: str = "solforge bench"
     library: bool = False  # also time the library baseline that fits each problem
@@ -145,7 +146,7 @@ def run_bench(problems: list[BenchProblem], store: Store, config: BenchConfig,
     report = reporter or SilentReporter()
     began = time.monotonic()
     with open_runner(config.runner, config.device, config.workers,
-                     config.ray_address) as runner:
+                     config.ray_address, per_gpu=config.per_gpu) as runner:
         until = None if config.deadline_s is None else began + config.deadline_s
         if until is not None:
             runner.stop_starting_at(until)

@@ -53,6 +53,9 @@ def bench_command(
     workers: int = typer.Option(None, "--workers", help="Units evaluated at once (default: one "
                                                         "per visible GPU, per core on the CPU, "
                                                         "or the Ray cluster's GPUs / CPUs)."),
+    per_gpu: int = typer.Option(1, "--per-gpu", help="Local runner: units that share each GPU "
+                                                     "(2-8): their correctness rounds side by "
+                                                     "side, their timed loops one at a time."),
     fresh: bool = typer.Option(False, "--fresh", help="Measure again what the store holds."),
     library: bool = typer.Option(False, "--library",
                                  help="Also time the library baseline that fits each problem "
@@ -82,7 +85,8 @@ def bench_command(
     device_type, chosen = run.device_type, run.baseline
     config = BenchConfig(device=run.device, hardware=run.hardware, baseline=chosen,
                          fresh=fresh, limits=Limits(timeout, timeout), runner=runner,
-                         workers=workers, ray_address=ray_address, library=library,
+                         workers=workers, per_gpu=per_gpu, ray_address=ray_address,
+                         library=library,
                          command=shlex.join(["solforge", *sys.argv[1:]]),
                          deadline_s=None if minutes is None else 60 * minutes)
     found = find_solutions(solution_folders(solutions or [], bundled))

@@ -39,6 +39,9 @@ def optimize(
     workers: int = typer.Option(None, "--workers", help="Candidates judged at once (default: "
                                                         "one per GPU, per core on the CPU, or "
                                                         "the Ray cluster's)."),
+    per_gpu: int = typer.Option(1, "--per-gpu", help="Local runner: candidates that share each GPU "
+                                                     "(2-8): their correctness rounds side by "
+                                                     "side, their timed loops one at a time."),
     device: str = typer.Option(None, help="cuda or cpu (default: cuda when present)."),
     hardware: str = typer.Option(None, help="Profile for T_SOL (default: the GPU, or H200)."),
     output: Path = typer.Option(None, "-o", help="Where to write the best solution JSON."),
@@ -79,7 +82,8 @@ def optimize(
                       "workload; fitness is the speedup over eager PyTorch (no SOL score)",
                       highlight=False)
     with store_scope(db) as store, \
-            open_runner(runner, run.device, workers, ray_address) as task_runner:
+            open_runner(runner, run.device, workers, ray_address,
+                        per_gpu=per_gpu) as task_runner:
         console.print(f"judging up to {plural(task_runner.slots, 'candidate')} at once on "
                       f"{task_runner.machine.hardware} ({runner} runner)", highlight=False)
         outcome = Optimizer(loaded, store, config,

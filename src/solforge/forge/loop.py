@@ -43,6 +43,7 @@ its evidence and never does.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from collections.abc import Callable
@@ -483,7 +484,9 @@ class Optimizer:
         from solforge.forge.ncu import profile_solution
 
         largest = max(self.problem.workloads, key=self.problem.input_elements)
-        profile = profile_solution(solution, self.problem.root, largest.uuid)
+        alone = self.runner.exclusive_device() if self.runner else contextlib.nullcontext()
+        with alone:  # its replays would slow a unit timed on the GPU meanwhile
+            profile = profile_solution(solution, self.problem.root, largest.uuid)
         if profile.error is not None:
             self.report(f"{solution.get('name')}: no ncu metrics ({profile.error[:200]})")
         return profile.feedback()

@@ -12,7 +12,8 @@ although the rounds were right is a REWARD_HACK (the candidate behaved different
 cached, skipped or deferred its work); a baseline's keeps its numerical verdict. The driver
 recomputes median, min, max and spread from the raw times, and holds each time to the wall-clock
 bracket it saw around the call (from sending its inputs to receiving its outputs): a call cannot
-take longer than the time it was given.
+take longer than the time it was given. On a GPU shared with other units (device_lock.py) the
+rounds hold the device shared and the timed loop holds it alone.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import torch
 from solforge.data.dtypes import storage_shape
 from solforge.data.trace import Correctness, Status, parse_status
 from solforge.data.workload import Workload
-from solforge.harness import handover, phases, protocol, vmm
+from solforge.harness import device_lock, handover, phases, protocol, vmm
 from solforge.harness.compare import Comparison, compare_outputs, worst_of
 from solforge.harness.handover import SharedInputs
 from solforge.harness.oracle import ReferenceFailure, ReferenceOracle
@@ -125,7 +126,9 @@ class Judge:
         self.max_payload = _output_bytes(self.oracle, workload)
         try:
             if not self.probed:
-                self._probe()
+                with device_lock.current().shared() as waited:  # its copy runs on the GPU
+                    self.deadline += waited
+                    self._probe()
             return self._judge()
         except WorkerFailure as failure:
             meta = failure.meta
@@ -148,28 +151,33 @@ class Judge:
         self.session.send(protocol.START, start)
         worst: Correctness | None = None
         failed: Comparison | None = None
-        for number in range(self.plan.rounds):
-            seed = self.plan.seeds.seed(uuid, ROUND, number)
-            self._hand_over(protocol.ROUND_PHASE, number, seed)
-            frame = self._expect(protocol.ROUND)
-            self._require(frame.meta.get("round") == number, f"round {number} missing")
-            if failed is None:
-                verdict = self._compare(self._taken(frame), seed)
-                failed = None if verdict.passed else verdict
-                worst = worst_of(worst, verdict.correctness)
-            else:
-                self.oracle.forget(self.workload, seed)
-        done = self._expect(protocol.ROUNDS_DONE).meta
+        lock = device_lock.current()  # a GPU shared with other units: rounds side by side
+        with lock.shared() as waited:
+            self.deadline += waited
+            for number in range(self.plan.rounds):
+                seed = self.plan.seeds.seed(uuid, ROUND, number)
+                self._hand_over(protocol.ROUND_PHASE, number, seed)
+                frame = self._expect(protocol.ROUND)
+                self._require(frame.meta.get("round") == number, f"round {number} missing")
+                if failed is None:
+                    verdict = self._compare(self._taken(frame), seed)
+                    failed = None if verdict.passed else verdict
+                    worst = worst_of(worst, verdict.correctness)
+                else:
+                    self.oracle.forget(self.workload, seed)
+            done = self._expect(protocol.ROUNDS_DONE).meta
         first_call_ms = done.get("first_call_ms")
         if failed is not None:
             self.session.send(protocol.SKIP)
             _record_worker_seconds(done.get("worker_seconds"), "correctness", "round")
             self._expect(protocol.SKIPPED)  # or the FAILURE of a late write
             return WorkloadResult(uuid, failed.status, failed.message, failed.correctness)
-        self.session.send(protocol.TIME)
-        # carved once the send has closed `correctness` (an open phase holds no seconds yet)
-        _record_worker_seconds(done.get("worker_seconds"), "correctness", "round")
-        return self._timed(worst, first_call_ms)
+        with lock.exclusive() as waited:  # before TIME: the worker's loop starts on it
+            self.deadline += waited
+            self.session.send(protocol.TIME)
+            # carved once the send has closed `correctness` (an open phase holds no seconds)
+            _record_worker_seconds(done.get("worker_seconds"), "correctness", "round")
+            return self._timed(worst, first_call_ms)
 
     def close(self) -> None:
         """Free the arenas shared with the worker (vmm.py), once it is done with them."""

@@ -29,6 +29,8 @@ The phases the harness records (seconds, wall clock, in the process that drives 
 - `verify`: shipping and re-checking the chosen timed outputs, `reference` excluded.
 - `eager/...`, `compile/...`: timing the reference as a baseline, by the phases above
   (`compile/correctness` holds torch.compile's own compile, in the first round).
+- `device_wait`: waiting for a GPU shared with other units (device_lock.py): shared for the
+  correctness rounds, alone for the timed loop; zero on a GPU of one's own.
 - `baseline_lookup`: reading the baseline store; `sol`: T_SOL analysis of the workloads.
 - `worker_close`: killing and reaping a worker; `store_write`: saving traces.
 - `send_inputs`: the driver writing a call's inputs to the worker (into the shared area or the

@@ -23,7 +23,7 @@ import torch
 from solforge.data.solution import Solution
 from solforge.data.trace import Status, parse_status
 from solforge.data.workload import Workload
-from solforge.harness import protocol
+from solforge.harness import device_lock, protocol
 from solforge.harness.baseline import KEY_ENV
 from solforge.harness.build import Build
 from solforge.harness.judge import Judge, Plan, WorkloadResult
@@ -230,6 +230,7 @@ def worker_env(device_type: str) -> dict[str, str]:
     """The environment of a worker process on a device type."""
     env = python_env(dict(os.environ))
     env.pop(KEY_ENV, None)  # where the baseline store's key is: none of the worker's business
+    env.pop(device_lock.ENV, None)  # the driver's alone (and beyond the sandbox's reach)
     env["PYTHONUNBUFFERED"] = "1"
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # no compile-worker pool in the worker
     if device_type == "cpu":

@@ -39,11 +39,13 @@ __all__ = [
 
 
 def open_runner(kind: str, device: str, workers: int | None = None,
-                ray_address: str | None = None, retries: int = DEFAULT_RETRIES) -> TaskRunner:
+                ray_address: str | None = None, retries: int = DEFAULT_RETRIES,
+                per_gpu: int = 1) -> TaskRunner:
     """A runner for evaluations on `device` ("cuda", "cuda:N" or "cpu"): `local` runs one
     process per visible GPU (per core in CPU mode), `ray` one Ray task per unit on the cluster
     at `ray_address` ("auto", "HOST:PORT", or None for an instance of its own). `workers`
-    caps how many units run at once."""
+    caps how many units run at once. `per_gpu` > 1 (local, GPUs): that many units share each
+    GPU, their timed loops one at a time (harness/device_lock.py)."""
     if workers is not None and workers < 1:
         raise SolforgeError(f"--workers {workers}: at least one worker is needed")
     if kind == "local":
@@ -51,7 +53,9 @@ def open_runner(kind: str, device: str, workers: int | None = None,
             raise SolforgeError("--ray-address is only for --runner ray")
         from solforge.runners.local import LocalRunner
 
-        return LocalRunner(device, workers, retries)
+        return LocalRunner(device, workers, retries, per_gpu)
+    if per_gpu != 1:
+        raise SolforgeError("--per-gpu is for --runner local")
     if kind == "ray":
         from solforge.runners.ray import RayRunner
 

@@ -29,6 +29,7 @@ caller ends on time with everything else kept.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import time
 from abc import ABC, abstractmethod
@@ -229,6 +230,12 @@ class TaskRunner(ABC):
         Ray runner without a cap on units in flight) are not withdrawn."""
         self.deadline = deadline
         self._fill()
+
+    @contextlib.contextmanager
+    def exclusive_device(self) -> Iterator[None]:
+        """The runner's GPUs to the caller alone while the block runs (a profiler's replays
+        would slow a unit timed meanwhile). Nothing to wait for where no units share a GPU."""
+        yield
 
     def abandon(self) -> None:
         """Stop every unit now, recording none: those running are killed and those waiting

@@ -1,7 +1,10 @@
 """The local runner: a pool of slots on this machine, one fresh process per unit.
 
 A slot is one visible GPU (the unit's process sees only it, through CUDA_VISIBLE_DEVICES) or,
-in CPU mode, one core. Each unit runs in a new interpreter (`python -m solforge.runners.unit`)
+in CPU mode, one core. With `per_gpu` N > 1, N slots share each GPU: a GPU is otherwise idle
+while a unit starts, imports and compiles its candidate and closes, and the N units take turns
+on it through its device lock (harness/device_lock.py: their correctness rounds side by side,
+each timed loop alone). Each unit runs in a new interpreter (`python -m solforge.runners.unit`)
 that lives as long as the unit: a crash, a leak or a kill -9 ends that process alone, its slot
 goes back to the pool and the unit is started again (see base.py). Inside, the harness starts
 the candidate's own worker process as it always does.
@@ -19,7 +22,8 @@ CPU: SPARES_AHEAD): while a unit runs, the next ones' interpreters import torch,
 and pre-spawn their harness workers on the CPU, so the slot's next unit starts at once. The
 worker is prepared for the problem and configuration of the unit just started on that slot (the
 pool hands a worker only to a run of the same sandbox policy). A spare serves one unit, like a
-fresh process (`SOLFORGE_WORKER_POOL=0` turns spares off).
+fresh process (`SOLFORGE_WORKER_POOL=0` turns spares off). Slots that share a GPU keep one
+spare each.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +46,7 @@ import torch
 
 from solforge.defaults import resolve_device
 from solforge.errors import SolforgeError
-from solforge.harness import compile_ahead
+from solforge.harness import compile_ahead, device_lock
 from solforge.harness.pool import enabled as spares_enabled
 from solforge.harness.process import describe_exit, kill_group, python_command, python_env
 from solforge.runners.base import (
@@ -71,6 +76,7 @@ BASELINES_AHEAD = 2  # torch.compile baselines compiled ahead at once (prebuilt.
 # 8 s (H200, 2026-12-01): with one spare every other unit waited for it. Two on a GPU; one per
 # core on the CPU, whose units are slower and whose cores the spares would take.
 SPARES_AHEAD = {"cuda": 2, "cpu": 1}
+MAX_PER_GPU = 8  # units sharing one GPU (device_lock.py); each holds two CUDA contexts
 STOP_GRACE_S = 5.0  # after SIGTERM, a unit has this long to end its candidate's processes
 LOG_TAIL_CHARS = 2000
 
@@ -116,8 +122,11 @@ class RunningUnit:
             path.unlink(missing_ok=True)
 
 
-def gpu_slots(device: torch.device, workers: int | None) -> list[Slot]:
-    """One slot per visible GPU (only the named one for `cuda:N`), at most `workers`."""
+def gpu_slots(device: torch.device, workers: int | None, per_gpu: int = 1,
+              locks: Path | None = None) -> list[Slot]:
+    """`per_gpu` slots per visible GPU (only the named one for `cuda:N`), at most `workers`,
+    spread over the GPUs first. Slots that share a GPU share its device lock, a folder under
+    `locks` (device_lock.py): their timed loops never overlap anything on that GPU."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = ([i.strip() for i in visible.split(",") if i.strip()] if visible is not None
            else [str(i) for i in range(torch.cuda.device_count())])
@@ -125,11 +134,24 @@ def gpu_slots(device: torch.device, workers: int | None) -> list[Slot]:
         ids = ids[device.index:device.index + 1]
     if not ids:
         raise SolforgeError(f"--device {device}: no such GPU is visible")
-    if workers is not None and workers > len(ids):
-        raise SolforgeError(f"--workers {workers}: only {len(ids)} GPU(s) visible; one "
-                            "evaluation per GPU, so timings never share a device")
-    chosen = ids[:workers] if workers else ids
-    return [Slot(f"cuda:{gpu}", {"CUDA_VISIBLE_DEVICES": gpu}) for gpu in chosen]
+    check_per_gpu(per_gpu)
+    if workers is not None and workers > len(ids) * per_gpu:
+        raise SolforgeError(f"--workers {workers}: only {len(ids)} GPU(s) visible, "
+                            f"{per_gpu} unit(s) on each (--per-gpu)")
+    if per_gpu > 1 and locks is None:
+        raise ValueError("slots that share a GPU need a folder for its lock")
+    envs = {gpu: {"CUDA_VISIBLE_DEVICES": gpu} for gpu in ids}
+    if per_gpu > 1:
+        for gpu, env in envs.items():
+            env[device_lock.ENV] = str(device_lock.make_folder(locks / f"gpu-{gpu}"))
+    slots = [Slot(f"cuda:{gpu}" + (f"#{k + 1}" if per_gpu > 1 else ""), envs[gpu])
+             for k in range(per_gpu) for gpu in ids]
+    return slots[:workers] if workers else slots
+
+
+def check_per_gpu(per_gpu: int) -> None:
+    if not 1 <= per_gpu <= MAX_PER_GPU:
+        raise SolforgeError(f"--per-gpu {per_gpu}: between 1 and {MAX_PER_GPU} units share a GPU")
 
 
 def cpu_slots(workers: int | None) -> list[Slot]:
@@ -143,15 +165,26 @@ def cpu_slots(workers: int | None) -> list[Slot]:
 
 class LocalRunner(TaskRunner):
     def __init__(self, device: str, workers: int | None = None,
-                 retries: int = DEFAULT_RETRIES) -> None:
+                 retries: int = DEFAULT_RETRIES, per_gpu: int = 1) -> None:
         resolve_device(device)  # no CUDA device at all, or not cuda|cpu: a clear error first
         requested = torch.device(device)
-        self._slots = (gpu_slots(requested, workers) if requested.type == "cuda"
-                       else cpu_slots(workers))
+        check_per_gpu(per_gpu)
+        if per_gpu > 1 and requested.type != "cuda":
+            raise SolforgeError(f"--per-gpu {per_gpu} is for GPUs; on the CPU each unit has a "
+                                "core (--workers)")
+        self._folder = Path(tempfile.mkdtemp(prefix="solforge-units-"))  # mode 0700
+        try:
+            self._slots = (gpu_slots(requested, workers, per_gpu, self._folder / "locks")
+                           if requested.type == "cuda" else cpu_slots(workers))
+        except BaseException:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            raise
         super().__init__(describe_machine(device), len(self._slots), retries,
                          in_flight=len(self._slots))
         self._free = list(range(len(self._slots)))
-        self._folder = Path(tempfile.mkdtemp(prefix="solforge-units-"))  # mode 0700
+        # A GPU's spares are started ahead for it, not for each of its slots
+        self._spares_ahead = (SPARES_AHEAD[requested.type] if per_gpu == 1
+                              else max(1, SPARES_AHEAD[requested.type] // per_gpu))
         self._ended: queue.Queue[int] = queue.Queue()
         self._units: dict[int, RunningUnit] = {}
         self._spares: dict[int, list[Spare]] = {}  # slot -> its spares, oldest first
@@ -176,6 +209,15 @@ class LocalRunner(TaskRunner):
             self._builds[id(attempt)] = future
         self._queue(attempt, first)
         self._fill()
+
+    @contextlib.contextmanager
+    def exclusive_device(self) -> Iterator[None]:
+        """Every GPU of this runner to the caller alone (a profiler's replays, say): no unit
+        times or runs its rounds meanwhile (device_lock.all_alone)."""
+        folders = {Path(slot.env[device_lock.ENV]) for slot in self._slots
+                   if device_lock.ENV in slot.env}
+        with device_lock.all_alone(list(folders)):
+            yield
 
     def _compile_ahead(self, task: EvalTask) -> Path | None:
         """The unit's torch.compile baseline compiled ahead, unless the runner is stopping."""
@@ -212,7 +254,7 @@ class LocalRunner(TaskRunner):
         self._units[number] = RunningUnit(attempt, slot, process, task_file, result_file,
                                           log_file, started)
         threading.Thread(target=self._watch, args=(number, process), daemon=True).start()
-        while spares_enabled() and len(spares) < SPARES_AHEAD[self._device_type]:
+        while spares_enabled() and len(spares) < self._spares_ahead:
             spares.append(self._spare(slot, task_file))
 
     def _spare(self, slot: int, like: Path) -> Spare:
