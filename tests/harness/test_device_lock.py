@@ -4,6 +4,7 @@ it shared for the rounds and alone for the timed loop."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import threading
@@ -44,6 +45,19 @@ def _holds(enter, events: list[str], name: str, release: threading.Event) -> thr
     return thread
 
 
+def _gate_held(folder) -> bool:
+    """Whether someone holds the lock's gate: a timed loop waiting for the rounds in flight
+    does, until it has the device."""
+    fd = os.open(folder / "gate", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # its lock, if it took one, goes with it
+    return False
+
+
 def _until(condition, seconds: float = 5.0) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -63,6 +77,7 @@ def test_rounds_share_the_device_and_a_timed_loop_waits_for_them(tmp_path):
     second = _holds(b.shared, events, "round b", go)
     assert _until(lambda: "round b in" in events)  # readers side by side
     timed = _holds(c.exclusive, events, "timed c", threading.Event())
+    assert _until(lambda: _gate_held(folder))  # the timed loop waits
     time.sleep(WAIT_S)
     assert "timed c in" not in events  # a timed loop never overlaps a round
     go.set()
@@ -84,7 +99,7 @@ def test_a_queued_timed_loop_goes_before_later_rounds(tmp_path):
     threads = [_holds(reader.shared, events, "round", first_go)]
     assert _until(lambda: "round in" in events)
     threads.append(_holds(writer.exclusive, events, "timed", writer_go))
-    time.sleep(WAIT_S)  # the timed loop is queued, behind the round
+    assert _until(lambda: _gate_held(folder))  # the timed loop is queued, behind the round
     threads.append(_holds(late.shared, events, "late round", late_go))
     time.sleep(WAIT_S)
     assert events == ["round in"]  # the late round waits behind the queued timed loop
@@ -104,9 +119,9 @@ def test_the_wait_is_told_and_the_descriptors_stay_in_this_process(tmp_path):
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700  # beyond the sandbox's uids
     holder, waiter = DeviceLock(folder), DeviceLock(folder)
     assert not os.get_inheritable(waiter._gate) and not os.get_inheritable(waiter._device)
-    released = threading.Event()
-    thread = _holds(holder.exclusive, [], "holder", released)
-    time.sleep(0.05)
+    released, events = threading.Event(), []
+    thread = _holds(holder.exclusive, events, "holder", released)
+    assert _until(lambda: "holder in" in events)
     threading.Timer(WAIT_S, released.set).start()
     with waiter.shared() as waited:
         assert waited >= WAIT_S * 0.9
