@@ -9,7 +9,7 @@
 #                        suite cold/warm (benchmarks/throughput_gpu.py, resumable)
 #           sharing      issue 13 with units sharing the GPU: for each N of SHARE_PER_GPU
 #                        (default "1 3"), the throughput stage's optimizer search over its four
-#                        problems (SHARE_CANDIDATES candidates, default 36) with N units on the
+#                        problems (SHARE_CANDIDATES candidates, default 24) with N units on the
 #                        GPU, their timed loops one at a time (throughput_gpu.py --per-gpu N
 #                        --name h200-shareN, into OUTDIR/sharing/; goes on from the committed
 #                        benchmarks/results/h200-shareN-throughput-state); then whether the
@@ -183,7 +183,7 @@ stage_sharing() {
         fi
         import_baselines --cache-dir "$state/cache"
         "$python" benchmarks/throughput_gpu.py "$out/sharing" --name "$name" --per-gpu "$per" \
-            --candidates "${SHARE_CANDIDATES:-36}" --before 0 --suite-sample 0 \
+            --candidates "${SHARE_CANDIDATES:-24}" --before 0 --suite-sample 0 \
             --deadline-s "$((call_deadline - SECONDS))" 2>&1 | tee -a "$out/sharing.log"
     done
     import_baselines

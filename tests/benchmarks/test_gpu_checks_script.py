@@ -88,6 +88,29 @@ def test_a_long_stage_goes_on_from_the_committed_store_and_leaves_the_next_one(
     assert lines[2].startswith("-m solforge baselines export")
 
 
+@pytest.mark.parametrize(("shares", "names"), [(None, [1, 3]), ("2", [2])])
+def test_the_sharing_stage_searches_at_each_share_then_checks_the_times_agree(
+        tmp_path, shares, names):
+    python, calls = tmp_path / "python", tmp_path / "calls.txt"
+    python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n')
+    python.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls)}
+    if shares is not None:
+        env["SHARE_PER_GPU"] = shares
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(SCRIPT), str(out), "sharing"], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = calls.read_text().splitlines()
+    searches = [c for c in lines if "throughput_gpu.py" in c]
+    assert [c.split("--per-gpu ")[1].split()[0] for c in searches] == [str(n) for n in names]
+    for n, line in zip(names, searches):
+        assert f"--name h200-share{n} " in line and "--before 0 --suite-sample 0" in line
+        assert f"--cache-dir {out}/sharing/h200-share{n}-throughput-state/cache" in "".join(
+            lines[:lines.index(line)])  # the committed baselines, so the search starts warm
+    assert "sharing_fidelity.py" in lines[-1] and "--per-gpu 3" in lines[-1]
+
+
 def _flashinfer_stage(tmp_path: Path, stage: str, site: Path, *more: str,
                       **env: str) -> tuple[Path, list[str]]:
     """Run stages with a stand-in interpreter that logs each command line and the PYTHONPATH
