@@ -19,7 +19,7 @@ from solforge.data.solution import parse_solution
 from solforge.data.trace import Status
 from solforge.errors import SolforgeError
 from solforge.harness import device_lock, protocol
-from solforge.harness.device_lock import DeviceLock, all_alone, make_folder
+from solforge.harness.device_lock import DeviceBusy, DeviceLock, all_alone, make_folder
 from solforge.harness.evaluate import EvalConfig, evaluate
 from solforge.harness.judge import Judge
 from solforge.harness.supervisor import worker_env
@@ -128,6 +128,21 @@ def test_the_wait_is_told_and_the_descriptors_stay_in_this_process(tmp_path):
     thread.join(5)
     with waiter.exclusive() as waited:
         assert waited < WAIT_S  # nobody holds it now
+
+
+def test_a_wait_past_the_limit_ends_the_unit_instead_of_hanging(tmp_path):
+    folder = make_folder(tmp_path / "gpu-0")
+    released, events = threading.Event(), []
+    holder = _holds(DeviceLock(folder).exclusive, events, "stuck", released)
+    assert _until(lambda: "stuck in" in events)
+    began = time.monotonic()
+    with pytest.raises(DeviceBusy, match=r"stayed held for 0\.2 s"), \
+            DeviceLock(folder, limit_s=0.2).shared():
+        pass
+    assert 0.2 <= time.monotonic() - began < 5.0
+    assert not _gate_held(folder)  # the gate given back on the way out
+    released.set()
+    holder.join(5)
 
 
 def test_all_alone_keeps_every_gpu_from_its_units(tmp_path):

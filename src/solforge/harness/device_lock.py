@@ -17,8 +17,10 @@ device) and the device itself (shared or exclusive).
 
 The lock is `flock(2)` on files in the runner's private folder (mode 0700): the candidates'
 workers run under other uids and never reach it, and the descriptors are not inheritable, so no
-worker holds a copy. A unit process that dies frees its locks with its descriptors. The
-driver's waits are the `device_wait` phase; they do not count against a workload's time limit.
+worker holds a copy. A unit process that dies frees its locks with its descriptors; a unit
+that waits past WAIT_LIMIT_S for a holder that is stuck ends with DeviceBusy (its runner starts
+it again) instead of waiting for ever. The driver's waits are the `device_wait` phase; they do
+not count against a workload's time limit.
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ from pathlib import Path
 from solforge.harness import phases
 
 ENV = "SOLFORGE_DEVICE_LOCK"  # the lock's folder, set by the runner for units that share a GPU
+# A unit holds the lock for one workload's rounds or timed loop, each bounded by the workload's
+# time limit (180 s by default); a wait this long means a holder is stuck, and the unit ends
+# (its runner starts it again) rather than wait for ever.
+WAIT_LIMIT_S = 900.0
+POLL_S = 0.002  # a waiter tries again this often: what a turn costs in latency at most
 _GATE = "gate"
 _DEVICE = "device"
 
@@ -41,8 +48,9 @@ _DEVICE = "device"
 class DeviceLock:
     """The shared-or-exclusive lock of one GPU's folder; see the module docstring."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, limit_s: float = WAIT_LIMIT_S) -> None:
         self.folder = folder
+        self.limit_s = limit_s
         self._gate = _open(folder / _GATE)
         self._device = _open(folder / _DEVICE)
 
@@ -57,12 +65,13 @@ class DeviceLock:
     @contextlib.contextmanager
     def _held(self, mode: int) -> Iterator[float]:
         began = time.monotonic()
+        until = began + self.limit_s
         with phases.phase("device_wait"):
             # Through the gate: a reader queues behind any writer already waiting; a writer
             # holds it until the readers in flight have drained, so none starts meanwhile.
-            fcntl.flock(self._gate, fcntl.LOCK_EX)
+            _take(self._gate, fcntl.LOCK_EX, until, self.limit_s)
             try:
-                fcntl.flock(self._device, mode)
+                _take(self._device, mode, until, self.limit_s)
             finally:
                 fcntl.flock(self._gate, fcntl.LOCK_UN)
         try:
@@ -112,6 +121,23 @@ def current() -> DeviceLock | NoLock:
     """This process's lock: the folder the runner named in the environment, else none."""
     folder = os.environ.get(ENV)
     return DeviceLock(Path(folder)) if folder else NoLock()
+
+
+class DeviceBusy(RuntimeError):
+    """The GPU's lock stayed held past the wait limit."""
+
+
+def _take(fd: int, mode: int, until: float, limit_s: float) -> None:
+    """flock(fd, mode), given up at `until` (a blocking flock cannot be)."""
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= until:
+                raise DeviceBusy("the GPU's lock (shared with other units) stayed held for "
+                                 f"{limit_s:g} s: a unit holding it is stuck") from None
+            time.sleep(POLL_S)
 
 
 def _open(path: Path) -> int:
