@@ -169,7 +169,9 @@ def test_the_process_lock_comes_from_the_runner_environment(tmp_path, monkeypatc
     device_lock.current.cache_clear()
     monkeypatch.setenv(device_lock.ENV, str(make_folder(tmp_path / "gpu-0")))
     try:
-        assert isinstance(device_lock.current(), DeviceLock)
+        lock = device_lock.current()
+        assert isinstance(lock, DeviceLock) and lock.folder == tmp_path / "gpu-0"
+        lock.close()
         assert device_lock.ENV not in worker_env("cpu")  # the driver's alone
     finally:
         device_lock.current.cache_clear()
