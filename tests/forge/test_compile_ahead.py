@@ -75,6 +75,10 @@ def _kernels(cache: Path) -> list[str]:
     return sorted(path.parent.name for path in cache.rglob("*.cubin"))
 
 
+def _launchers(cache: Path) -> list[str]:
+    return sorted(path.parent.name for path in cache.rglob("__triton_launcher*"))
+
+
 def test_kernels_compiled_ahead_are_the_workers_cache_hits(tmp_path):
     problem = load_problem(write_problem(tmp_path / "add", ADD,
                                          [{"axes": {"n": 8192}}, {"axes": {"n": 8190}}]))
@@ -96,6 +100,62 @@ def test_kernels_compiled_ahead_are_the_workers_cache_hits(tmp_path):
     assert finished.returncode == 0, finished.stderr[-2000:]
     after = json.loads(finished.stdout.strip().splitlines()[-1])
     assert after == _kernels(kept), "Triton compiled a kernel the ahead cache should have held"
+
+
+# Triton's launcher for each compiled kernel, built by capture_kernels(launchers=True) through
+# the CUDA backend's CudaLauncher (replaced here by a recorder: this machine may have no CUDA
+# driver library); argv[3] is "fail" to make every build fail as it does without libcuda.
+LAUNCHER_RECORDER = '''
+import json, sys
+from pathlib import Path
+import triton.backends.nvidia.driver as nvidia
+from solforge.data.solution import parse_solution
+from solforge.forge.capture import capture_kernels, workload_arguments
+from solforge.problem.problem import load_problem
+
+built = []
+
+class Recorder:
+    def __init__(self, src, metadata):
+        if sys.argv[3] == "fail":
+            raise AssertionError("libcuda.so cannot found!")
+        built.append([src.fn.__name__, metadata.hash])
+
+nvidia.CudaLauncher = Recorder
+solution = parse_solution(json.loads(Path(sys.argv[1]).read_text()))
+problem = load_problem(sys.argv[2])
+counts = []
+for launchers in (True, False):
+    for workload in problem.workloads:
+        arguments = workload_arguments(solution, problem, workload, "cpu")
+        counts.append(len(capture_kernels(solution, arguments, sass=False, launchers=launchers)))
+print(json.dumps({"built": built, "kernels": counts}))
+'''
+
+
+@pytest.mark.parametrize("outcome", ["build", "fail"])
+def test_the_capture_builds_each_kernels_launcher_when_asked(tmp_path, outcome):
+    """Kept with the kernels, the launchers spare the worker's first call the C compiler; one
+    that cannot be built (no CUDA driver library) is only left to the worker."""
+    problem = load_problem(write_problem(tmp_path / "add", ADD,
+                                         [{"axes": {"n": 8192}}, {"axes": {"n": 8190}}]))
+    solution = replace(solution_from_python(ADD_SOURCE, "add"), destination_passing_style=True)
+    (tmp_path / "solution.json").write_text(json.dumps(solution.to_dict()))
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    finished = subprocess.run([sys.executable, "-c", LAUNCHER_RECORDER,
+                               str(tmp_path / "solution.json"), str(problem.root), outcome],
+                              env=env, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    result = json.loads(finished.stdout.strip().splitlines()[-1])
+    assert result["kernels"] == [1, 1, 1, 1]
+    if outcome == "fail":
+        assert result["built"] == []
+        return
+    assert [name for name, _ in result["built"]] == ["_add", "_add"], \
+        "one launcher per compiled kernel, none when not asked"
+    assert len({digest for _, digest in result["built"]}) == 2, \
+        "n divisible by 16 or not: two kernels (their launchers' source is one)"
 
 
 def test_the_optimizer_keeps_kernels_ahead_on_a_gpu_only(tmp_path, monkeypatch):
@@ -153,7 +213,8 @@ entry = getattr(importlib.import_module(module), solution.entry_function)
 for workload in problem.workloads:
     entry(*workload_arguments(solution, problem, workload, "cuda"))
 torch.cuda.synchronize()
-print(json.dumps(sorted(p.parent.name for p in Path(sys.argv[3]).rglob("*.cubin"))))
+print(json.dumps([sorted(p.parent.name for p in Path(sys.argv[3]).rglob(pattern))
+                  for pattern in ("*.cubin", "__triton_launcher*")]))
 '''
 
 
@@ -171,7 +232,9 @@ def test_on_the_gpu_the_jit_finds_every_kernel_compiled_ahead(tmp_path, template
                          lambda cache: jit_ahead.keep(cache, root, solution)) == len(
                              problem.workloads)
     kept = _kernels(jit_ahead.folder(root, solution))
+    launchers = _launchers(jit_ahead.folder(root, solution))
     assert kept
+    assert launchers, "the capture built the kernels' launchers (one per signature)"
     cache = tmp_path / "worker-cache"
     shutil.copytree(jit_ahead.folder(root, solution), cache)
     (tmp_path / "solution.json").write_text(json.dumps(solution.to_dict()))
@@ -181,7 +244,8 @@ def test_on_the_gpu_the_jit_finds_every_kernel_compiled_ahead(tmp_path, template
                                str(problem.root), str(cache), str(tmp_path / "sources")],
                               env=env, capture_output=True, text=True, timeout=600)
     assert finished.returncode == 0, finished.stderr[-2000:]
-    assert json.loads(finished.stdout.strip().splitlines()[-1]) == kept
+    assert json.loads(finished.stdout.strip().splitlines()[-1]) == [kept, launchers], \
+        "the worker compiled a kernel or a launcher the ahead cache should have held"
 
 
 # A hostile candidate: at import it plants, in the Triton cache its capture compiles into, a

@@ -228,7 +228,8 @@ def _capture_job(job: dict[str, Any], request: dict[str, Any]) -> CaptureOutcome
         arguments = workload_arguments(solution, problem, problem.workload(job["workload"]),
                                        job.get("device") or request["device"])
         kernels = capture_kernels(solution, arguments, request["target"],
-                                  job["autotune_config"], sass=False)
+                                  job["autotune_config"], sass=False,
+                                  launchers=bool(request.get("triton_cache")))
         return kernels if job.get("describe", True) else ()
     except SolforgeError as exc:
         return DescriptorError(str(exc))
@@ -253,18 +254,20 @@ def workload_arguments(solution: Solution, problem: Problem, workload: Workload,
 
 
 def capture_kernels(solution: Solution, arguments: Sequence[Any], target: str = "sm_90a",
-                    autotune_config: int = 0, sass: bool = True) -> tuple[CompiledKernel, ...]:
+                    autotune_config: int = 0, sass: bool = True,
+                    launchers: bool = False) -> tuple[CompiledKernel, ...]:
     """Call the entry point once on `arguments` in this process, compiling each Triton launch
     for `target` instead of running it. `autotune_config` picks the config of every autotuned
     kernel (its last one where it has fewer; pruning hooks are not applied); `sass=False`
-    skips disassembly (about 0.7 s a kernel). Needs Triton out of interpreter mode."""
+    skips disassembly (about 0.7 s a kernel); `launchers` also builds each kernel's launcher
+    into Triton's cache (see build_launcher). Needs Triton out of interpreter mode."""
     if "triton" not in solution.languages:
         raise DescriptorError(f"{solution.name}: only Triton solutions can be described "
                               f"(languages: {', '.join(solution.languages)})")
     if triton.knobs.runtime.interpret or not isinstance(tl.standard.cdiv, JITFunction):
         raise DescriptorError("Triton is in interpreter mode in this process (TRITON_INTERPRET"
                               "=1), where kernels cannot be compiled: use capture_solutions")
-    capture = _Capture(_gpu_target(target), autotune_config)
+    capture = _Capture(_gpu_target(target), autotune_config, launchers)
     with _CAPTURE_LOCK, capture.installed(), _loaded_entry_point(solution) as entry_point:
         try:
             entry_point(*arguments)
@@ -339,10 +342,11 @@ def _import_entry_function(solution: Solution, folder: Path) -> Callable[..., An
 class _Capture:
     """Stands in for Triton's launch path while the entry point runs."""
 
-    def __init__(self, target: GPUTarget, autotune_config: int) -> None:
+    def __init__(self, target: GPUTarget, autotune_config: int, launchers: bool = False) -> None:
         self.target = target
         self.backend = make_backend(target)
         self.autotune_config = autotune_config
+        self.launchers = launchers
         self.kernels: list[CompiledKernel] = []
         self.compiled: dict[str, tuple[Any, float]] = {}
         self.configs_of_current_tuner = 1
@@ -389,6 +393,8 @@ class _Capture:
                 raise DescriptorError(f"compiling {fn.fn.__name__} for sm_{self.target.arch} "
                                       f"failed: {exc}") from None
             self.compiled[key] = (kernel, time.perf_counter() - began)
+            if self.launchers:
+                build_launcher(kernel)
         kernel, seconds = self.compiled[key]
         if not warmup:
             grid = grid(bound) if callable(grid) else grid
@@ -401,6 +407,23 @@ class _Capture:
             ttgir=kernel.asm["ttgir"], cubin=kernel.asm["cubin"], sass=None,
             shared_bytes=kernel.metadata.shared, registers=None,
             autotune_configs=self.configs_of_current_tuner, compile_seconds=seconds)
+
+
+def build_launcher(kernel: Any) -> bool:
+    """Build the compiled kernel's launcher into Triton's cache; False where it cannot be built
+    here (no CUDA driver library, as on a CPU machine: the worker then builds it).
+
+    On a kernel's first run Triton compiles a small C launcher for its signature with the host's
+    C compiler (0.14-0.24 s on the 2-core CPU machine) and caches it by the hash of its source.
+    Built here, beside the kernels, it is kept with them (harness/sandbox/jit_ahead.py) and the
+    worker's first call loads it instead of compiling it, off the GPU's critical path."""
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    try:
+        CudaLauncher(kernel.src, kernel.metadata)
+    except Exception:  # a missing libcuda is an AssertionError; a failed build, anything
+        return False
+    return True
 
 
 def _launch(kernel: Any, grid: Sequence[int], bound: dict[str, Any]) -> Launch:
