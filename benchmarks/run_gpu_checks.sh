@@ -11,11 +11,12 @@
 #                        (default "1 3"), the throughput stage's optimizer search over its four
 #                        problems (SHARE_CANDIDATES candidates, default 24) with N units on the
 #                        GPU, their timed loops one at a time (throughput_gpu.py --per-gpu N
-#                        --name h200-shareN, into OUTDIR/sharing/; goes on from the committed
-#                        benchmarks/results/h200-shareN-throughput-state); then whether the
-#                        times agree: six problems' shipped solutions benched alone and 3 to a
-#                        GPU (benchmarks/sharing_fidelity.py, OUTDIR/sharing/
-#                        h200-sharing-fidelity.json; resumable from OUTDIR/sharing)
+#                        --name TAG-shareN, into OUTDIR/sharing/, TAG the GPU's model: h200,
+#                        h100; goes on from the committed benchmarks/results/TAG-shareN-
+#                        throughput-state); then whether the times agree: six problems'
+#                        shipped solutions benched alone and 3 to a GPU
+#                        (benchmarks/sharing_fidelity.py, OUTDIR/sharing/
+#                        TAG-sharing-fidelity.json; resumable from OUTDIR/sharing)
 #           suite        the bundled suite and its shipped solutions (issue 5; goes on from
 #                        the committed benchmarks/results/h200-suite.db.gz, or SUITE_STORE,
 #                        and leaves OUTDIR/suite/h200-suite.db.gz to commit)
@@ -173,10 +174,18 @@ stage_throughput() {
         2>&1 | tee -a "$out/throughput.log"
 }
 
+gpu_tag() {  # h200, h100: the GPU's model, naming the sharing stage's records (h200 if unknown)
+    local model
+    model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 \
+        | grep -o 'H[0-9][0-9][0-9]' | head -n 1)
+    echo "${model:-H200}" | tr 'H' 'h'
+}
+
 stage_sharing() {
-    local per name state
+    local per name state tag
+    tag=$(gpu_tag)
     for per in ${SHARE_PER_GPU:-1 3}; do
-        name="h200-share$per"
+        name="$tag-share$per"
         state="$out/sharing/$name-throughput-state"
         if [ ! -d "$state" ] && [ -d "benchmarks/results/$name-throughput-state" ]; then
             mkdir -p "$out/sharing" && cp -r "benchmarks/results/$name-throughput-state" "$state"
@@ -187,7 +196,7 @@ stage_sharing() {
             --deadline-s "$((call_deadline - SECONDS))" 2>&1 | tee -a "$out/sharing.log"
     done
     import_baselines
-    "$python" benchmarks/sharing_fidelity.py "$out/sharing" --per-gpu 3 \
+    "$python" benchmarks/sharing_fidelity.py "$out/sharing" --name "$tag" --per-gpu 3 \
         --deadline-s "$((call_deadline - SECONDS))" 2>&1 | tee -a "$out/sharing.log"
 }
 

@@ -88,13 +88,23 @@ def test_a_long_stage_goes_on_from_the_committed_store_and_leaves_the_next_one(
     assert lines[2].startswith("-m solforge baselines export")
 
 
-@pytest.mark.parametrize(("shares", "names"), [(None, [1, 3]), ("2", [2])])
+@pytest.mark.parametrize(("shares", "names", "gpu"), [
+    (None, [1, 3], None), ("2", [2], None), ("1", [1], "NVIDIA H100 80GB HBM3")])
 def test_the_sharing_stage_searches_at_each_share_then_checks_the_times_agree(
-        tmp_path, shares, names):
+        tmp_path, shares, names, gpu):
+    """Its records are named by the GPU's model (h200 where nvidia-smi cannot say)."""
     python, calls = tmp_path / "python", tmp_path / "calls.txt"
     python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n')
     python.chmod(0o755)
     env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls)}
+    tag = "h200"
+    if gpu is not None:
+        (tmp_path / "bin").mkdir()
+        smi = tmp_path / "bin" / "nvidia-smi"
+        smi.write_text(f'#!/usr/bin/env bash\necho "{gpu}"\n')
+        smi.chmod(0o755)
+        env["PATH"] = f"{tmp_path / 'bin'}:{env['PATH']}"
+        tag = "h100"
     if shares is not None:
         env["SHARE_PER_GPU"] = shares
     out = tmp_path / "out"
@@ -105,10 +115,11 @@ def test_the_sharing_stage_searches_at_each_share_then_checks_the_times_agree(
     searches = [c for c in lines if "throughput_gpu.py" in c]
     assert [c.split("--per-gpu ")[1].split()[0] for c in searches] == [str(n) for n in names]
     for n, line in zip(names, searches):
-        assert f"--name h200-share{n} " in line and "--before 0 --suite-sample 0" in line
-        assert f"--cache-dir {out}/sharing/h200-share{n}-throughput-state/cache" in "".join(
+        assert f"--name {tag}-share{n} " in line and "--before 0 --suite-sample 0" in line
+        assert f"--cache-dir {out}/sharing/{tag}-share{n}-throughput-state/cache" in "".join(
             lines[:lines.index(line)])  # the committed baselines, so the search starts warm
     assert "sharing_fidelity.py" in lines[-1] and "--per-gpu 3" in lines[-1]
+    assert f"--name {tag} " in lines[-1]
 
 
 def _flashinfer_stage(tmp_path: Path, stage: str, site: Path, *more: str,
