@@ -45,7 +45,9 @@
 #           floor        the launch floor: near-empty kernels, cold and warm L2
 #           variants     kernel variants against the shipped solutions, eager and torch.compile
 #                        on each problem's largest workload (benchmarks/variants_gpu.py, its
-#                        default problems; about a minute)
+#                        default problems; about a minute); VARIANTS_ARGS replaces its
+#                        arguments (default "--largest 1"), e.g. "--largest 2 --smallest 2
+#                        l2/swiglu_mlp_llama3_1_8b=swiglu_mlp"
 #           gap          whether a kernel-only time carries the GPU's idle gap before the launch
 #                        (benchmarks/hgemm_gap_probe.py; issue 15's benchmark bias, about 20 s)
 #           launch       host microseconds per HGEMM launch: solforge's Python, Triton's dispatch
@@ -269,7 +271,8 @@ stage_floor() {
 }
 
 stage_variants() {
-    "$python" benchmarks/variants_gpu.py -o "$out/variants.json" --largest 1 2>&1 \
+    # shellcheck disable=SC2086  # VARIANTS_ARGS is split into the script's arguments
+    "$python" benchmarks/variants_gpu.py -o "$out/variants.json" ${VARIANTS_ARGS:---largest 1} 2>&1 \
         | tee "$out/variants.log"
 }
 

@@ -2,13 +2,14 @@
 one of them replaces the shipped kernel (issue 14: every shipped solution faster than
 torch.compile).
 
-    python benchmarks/variants_gpu.py [-o OUT.json] [--largest 2] [--device cuda|cpu]
-                                      [PROBLEM=MODULE ...]
+    python benchmarks/variants_gpu.py [-o OUT.json] [--largest 2] [--smallest 0]
+                                      [--device cuda|cpu] [PROBLEM=MODULE ...]
 
 MODULE is a file of benchmarks/variants/ whose VARIANTS maps a name to a destination-passing
 `run(*inputs, *outputs)`; without arguments the default pairs below. On the `--largest` N
-workloads of each problem (by input size) every variant is first checked against the
-reference with the workload's tolerance (a failing one is recorded as failed, not timed),
+workloads of each problem (by input size), and the `--smallest` N, every variant is first
+checked against the reference with the workload's tolerance (one that fails or raises is
+recorded as failed, not timed),
 then eager, torch.compile, the shipped solutions and the variants are timed kernel-only with a
 cold L2 (solforge's timer and stop rule), and the medians and each one's ratio to
 torch.compile written to OUT.json (default benchmarks/results/h200-variants.json) with the
@@ -109,7 +110,11 @@ def workload_rows(problem: Problem, variants: dict[str, Callable], workload, dev
         runs["compile"] = lambda: compiled(*inputs)
     for name, run in candidates.items():
         outputs = [torch.empty_like(e) for e in expected]
-        run(*inputs, *outputs)
+        try:
+            run(*inputs, *outputs)
+        except Exception as exc:  # a variant for some sizes only: recorded, not timed
+            row["failed"][name] = f"{type(exc).__name__}: {exc}"
+            continue
         verdict = compare_outputs(outputs, expected, problem.definition, shapes,
                                   workload.tolerance)
         if verdict.passed:
@@ -133,6 +138,8 @@ def main() -> None:
     parser.add_argument("pairs", nargs="*", default=list(DEFAULT))
     parser.add_argument("-o", "--out", type=Path, default=OUT)
     parser.add_argument("--largest", type=int, default=2)
+    parser.add_argument("--smallest", type=int, default=0,
+                        help="also the N smallest workloads (decode sizes)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = parser.parse_args()
     if args.device == "cpu":
@@ -145,7 +152,10 @@ def main() -> None:
             problem = open_problem(address)
             variants = importlib.import_module(module_name).VARIANTS
             ordered = sorted(problem.workloads, key=problem.input_elements)
-            chosen = ordered[-args.largest:] if args.device == "cuda" else ordered[:1]
+            picked = {*range(len(ordered) - args.largest, len(ordered)),
+                      *range(min(args.smallest, len(ordered)))}
+            chosen = ([w for i, w in enumerate(ordered) if i in picked] if args.device == "cuda"
+                      else ordered[:1])
             record["problems"][address] = [
                 workload_rows(problem, variants, w, args.device, Path(scratch))
                 for w in chosen]

@@ -268,3 +268,22 @@ def test_forge_again_is_passed_on_to_a_search_not_a_composition(tmp_path):
     search, composition = [c for c in calls.read_text().splitlines() if "forge_gpu.py" in c]
     assert search.endswith("--again gelu geglu")
     assert "--again" not in composition and composition.endswith("--compose")
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    (None, "--largest 1"),
+    ("--largest 2 --smallest 2 l2/swiglu_mlp_llama3_1_8b=swiglu_mlp",
+     "--largest 2 --smallest 2 l2/swiglu_mlp_llama3_1_8b=swiglu_mlp")])
+def test_the_variants_stage_takes_its_arguments_from_variants_args(tmp_path, given, expected):
+    python, calls = tmp_path / "python", tmp_path / "calls.txt"
+    python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n')
+    python.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls)}
+    if given is not None:
+        env["VARIANTS_ARGS"] = given
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(SCRIPT), str(out), "variants"], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (line,) = calls.read_text().splitlines()
+    assert line == f"benchmarks/variants_gpu.py -o {out}/variants.json {expected}"
