@@ -158,6 +158,53 @@ def test_the_capture_builds_each_kernels_launcher_when_asked(tmp_path, outcome):
         "n divisible by 16 or not: two kernels (their launchers' source is one)"
 
 
+AUTOTUNED_ADD_SOURCE = ADD_SOURCE.replace("@triton.jit\n", """@triton.autotune(
+    configs=[triton.Config({"BLOCK": 256}), triton.Config({"BLOCK": 512}, num_warps=8),
+             triton.Config({"BLOCK": 1024})],
+    key=["n"])
+@triton.jit
+""", 1).replace("_add[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)",
+                "_add[lambda meta: (triton.cdiv(n, meta['BLOCK']),)](x, y, out, n)")
+# Triton's JIT on the workloads' real arguments in every autotune config, as the worker's
+# autotuner compiles them before it times them; prints the cache's kernels after.
+EVERY_CONFIG_CONSUMER = CONSUMER.replace(
+    "    capture_kernels(solution, workload_arguments(solution, problem, workload, \"cpu\"), "
+    "sass=False)",
+    "    for config in range(3):\n"
+    "        capture_kernels(solution, workload_arguments(solution, problem, workload, \"cpu\"),"
+    " autotune_config=config, sass=False)")
+
+
+@pytest.mark.parametrize("every_config", [False, True])
+def test_every_config_of_an_autotuned_kernel_can_be_compiled_ahead(tmp_path, every_config):
+    """A bench's solutions are autotuned; their workers compile every config before timing
+    any, so the kernels compiled ahead are every config's (bench/ahead.py)."""
+    assert EVERY_CONFIG_CONSUMER != CONSUMER
+    problem = load_problem(write_problem(tmp_path / "add", ADD,
+                                         [{"axes": {"n": 8192}}, {"axes": {"n": 8190}}]))
+    solution = replace(solution_from_python(AUTOTUNED_ADD_SOURCE, "add"),
+                       destination_passing_style=True)
+    root = tmp_path / "ahead"
+    assert compile_ahead(solution, problem, problem.workloads,
+                         lambda cache: jit_ahead.keep(cache, root, solution),
+                         every_config=every_config) == 2
+    kept = _kernels(jit_ahead.folder(root, solution))
+    assert len(kept) == (6 if every_config else 2), "3 configs x 2 specialisations"
+    if not every_config:
+        return
+    cache = tmp_path / "worker-cache"
+    shutil.copytree(jit_ahead.folder(root, solution), cache)
+    (tmp_path / "solution.json").write_text(json.dumps(solution.to_dict()))
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(cache)
+    finished = subprocess.run([sys.executable, "-c", EVERY_CONFIG_CONSUMER,
+                               str(tmp_path / "solution.json"), str(problem.root), str(cache)],
+                              env=env, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert json.loads(finished.stdout.strip().splitlines()[-1]) == kept, \
+        "the autotuner's configs compiled a kernel the ahead cache should have held"
+
+
 def test_the_optimizer_keeps_kernels_ahead_on_a_gpu_only(tmp_path, monkeypatch):
     problem = load_problem(write_problem(tmp_path / "add", ADD,
                                          [{"axes": {"n": 8192}}, {"axes": {"n": 8190}}]))

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from solforge.bench.ahead import KernelsAhead
 from solforge.bench.plan import BenchProblem
 from solforge.data.solution import Solution
 from solforge.data.trace import Status, Trace
@@ -35,8 +36,14 @@ from solforge.defaults import run_profile
 from solforge.errors import SolforgeError
 from solforge.hardware.profile import HardwareProfile
 from solforge.harness.baseline import BASELINES, KINDS, reference_solution_name
-from solforge.harness.evaluate import EvalConfig, EvaluationRun, select_workloads
+from solforge.harness.evaluate import (
+    EvalConfig,
+    EvaluationRun,
+    default_cache_dir,
+    select_workloads,
+)
 from solforge.harness.phases import merge
+from solforge.harness.sandbox import jit_ahead
 from solforge.harness.session import Limits
 from solforge.problem.suite import open_problem
 from solforge.runners import RUNNERS, EvalTask, TaskResult, TaskRunner, open_runner
@@ -165,7 +172,8 @@ def _run(problems: list[BenchProblem], store: Store, config: BenchConfig, runner
                              machine.run_environment)
     recorder = Recorder(store, run_id, device.type, machine.hardware, report,
                         {s.address: s for s in stored})
-    dispatcher = UnitScheduler(runner, unit_config, report)
+    ahead = kernels_ahead(config, machine.device_type)
+    dispatcher = UnitScheduler(runner, unit_config, report, ahead=ahead)
     failures: list[str] = []
     report.start(sum(len(unit.workloads) for unit in units), skipped)
     status = "failed"
@@ -180,6 +188,8 @@ def _run(problems: list[BenchProblem], store: Store, config: BenchConfig, runner
     except KeyboardInterrupt:
         status = "interrupted"
     finally:
+        if ahead is not None:
+            ahead.close()
         store.finish_run(run_id, status, recorder.clocks.seen())
     return BenchOutcome(run_id, device.type, machine.hardware, profile.name, tuple(stored),
                         recorder.measured, skipped, status == "interrupted", tuple(failures),
@@ -228,6 +238,14 @@ class Recorder:
         self.measured += 1
         self.clocks.add(trace)
         self.report.saved(trace)
+
+
+def kernels_ahead(config: BenchConfig, device_type: str) -> KernelsAhead | None:
+    """The solutions' Triton kernels compiled ahead (bench/ahead.py): on a GPU, with the local
+    runner, whose units look in this machine's harness cache."""
+    if device_type != "cuda" or config.runner != "local":
+        return None
+    return KernelsAhead((config.cache_dir or default_cache_dir()) / jit_ahead.FOLDER)
 
 
 def eval_config(config: BenchConfig, device_type: str) -> EvalConfig:
@@ -311,6 +329,7 @@ class UnitScheduler:
     baselines_left: dict[str, int] = field(default_factory=dict)  # by problem address
     unit_phases: list[dict] = field(default_factory=list)  # each ended unit's (phases.py)
     from_store: list[tuple[Unit, list[Trace]]] = field(default_factory=list)  # not yet saved
+    ahead: KernelsAhead | None = None  # compiles the solutions' kernels in the units' order
 
     def start(self, units: list[Unit]) -> None:
         """Queue the work in the problems' order: a problem's baselines still to measure, or,
@@ -324,6 +343,8 @@ class UnitScheduler:
             queued = to_measure.setdefault(address, [])
             if unit.kind is None:
                 self.held.setdefault(address, []).append(unit)
+                if self.ahead is not None and unit.solution is not None:
+                    self.ahead.submit(unit.solution, unit.problem.problem, unit.workloads)
             elif (stored := stored_baseline_traces(unit, self.config)) is not None:
                 self.from_store.append((unit, stored))
                 self.report.working_on(f"{address}: {unit.label}: from the baseline store")
@@ -348,6 +369,8 @@ class UnitScheduler:
                 save(unit, trace)
         while (result := self._next_result(timeout, until)) is not None:
             unit = self.in_flight.pop(result.task.key)
+            if self.ahead is not None and unit.solution is not None:
+                self.ahead.ended(unit.solution)
             failures += record(unit, result, save)
             self.unit_phases.append(result.phases)
             self.report.working_on(f"{unit.problem.address}: {unit.label}: done on "

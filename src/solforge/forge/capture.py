@@ -105,6 +105,7 @@ class CaptureJob:
     autotune_config: int = 0  # which config of each autotuned kernel (see capture_kernels)
     device: str | None = None  # where its inputs are made (None: the call's `device`)
     describe: bool = True  # False: compiled for Triton's cache only, no kernels come back
+    every_config: bool = False  # every config of each autotuned kernel, not `autotune_config`
 
 
 CaptureOutcome = tuple[CompiledKernel, ...] | DescriptorError  # a job's kernels or its error
@@ -159,15 +160,18 @@ def capture_solutions(jobs: Sequence[CaptureJob], target: str = "sm_90a", device
 
 def compile_ahead(solution: Solution, problem: Problem, workloads: Sequence[Workload],
                   keep_triton: Callable[[Path], Any], target: str = "sm_90a",
-                  timeout_s: float = 600.0) -> int:
+                  timeout_s: float = 600.0, every_config: bool = False) -> int:
     """Compile the solution's Triton kernels for every workload, on meta tensors (their
     shapes, strides and 16-byte alignment; no data, no GPU work) in one sandboxed process, and
     hand its Triton cache to `keep_triton`: the kernels the candidate's worker will ask for
-    (harness/sandbox/jit_ahead.py). The number of workloads whose call compiled; a workload
-    whose call fails on meta tensors is only left out (its kernels compile in the worker)."""
+    (harness/sandbox/jit_ahead.py). `every_config` compiles each autotuned kernel in every one
+    of its configs, as the worker's autotuner will before it times them (else only the first).
+    The number of workloads whose call compiled; a workload whose call fails on meta tensors
+    is only left out (its kernels compile in the worker)."""
     if "triton" not in solution.languages or not workloads:
         return 0
-    jobs = [CaptureJob(solution, problem, workload, device="meta", describe=False)
+    jobs = [CaptureJob(solution, problem, workload, device="meta", describe=False,
+                       every_config=every_config)
             for workload in workloads]
     outcomes = capture_solutions(jobs, target, "meta", sass=False, timeout_s=timeout_s,
                                  keep_triton=keep_triton)
@@ -177,7 +181,7 @@ def compile_ahead(solution: Solution, problem: Problem, workloads: Sequence[Work
 def _job_to_json(job: CaptureJob) -> dict[str, Any]:
     return {"solution": job.solution.to_dict(), "problem": str(Path(job.problem.root).resolve()),
             "workload": job.workload.uuid, "autotune_config": job.autotune_config,
-            "device": job.device, "describe": job.describe}
+            "device": job.device, "describe": job.describe, "every_config": job.every_config}
 
 
 def _outcome_from_json(outcome: dict[str, Any]) -> CaptureOutcome:
@@ -227,9 +231,14 @@ def _capture_job(job: dict[str, Any], request: dict[str, Any]) -> CaptureOutcome
         problem = load_problem(job["problem"])
         arguments = workload_arguments(solution, problem, problem.workload(job["workload"]),
                                        job.get("device") or request["device"])
+        launchers = bool(request.get("triton_cache"))
         kernels = capture_kernels(solution, arguments, request["target"],
-                                  job["autotune_config"], sass=False,
-                                  launchers=bool(request.get("triton_cache")))
+                                  job["autotune_config"], sass=False, launchers=launchers)
+        if job.get("every_config"):
+            configs = max(kernel.autotune_configs for kernel in kernels)
+            for config in range(1, configs):  # the worker's autotuner compiles each
+                capture_kernels(solution, arguments, request["target"], config, sass=False,
+                                launchers=launchers)
         return kernels if job.get("describe", True) else ()
     except SolforgeError as exc:
         return DescriptorError(str(exc))
