@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from solforge.bench import run as bench_run
-from solforge.bench.ahead import KernelsAhead
+from solforge.bench.ahead import CAPTURE_LIMIT_S, KernelsAhead
 from solforge.bench.run import BenchConfig, SilentReporter, kernels_ahead
 from solforge.data.solution import solution_from_python
 from solforge.forge import capture
@@ -32,13 +32,15 @@ def _solution(tag: str, source: str = TRITON):
 @pytest.fixture
 def compiled(monkeypatch, tmp_path):
     """The fake compile: records its calls and keeps one file; `gate` holds it back."""
-    calls: list[tuple[str, tuple[str, ...], bool]] = []
+    calls: list[tuple[str, tuple[str, ...], bool, float]] = []
     gate = threading.Event()
     gate.set()
 
-    def compile_ahead(solution, problem, workloads, keep_triton, every_config=False):
+    def compile_ahead(solution, problem, workloads, keep_triton, timeout_s=600.0,
+                      every_config=False):
         gate.wait(10)
-        calls.append((solution.name, tuple(w.uuid for w in workloads), every_config))
+        calls.append((solution.name, tuple(w.uuid for w in workloads), every_config,
+                      timeout_s))
         cache = tmp_path / f"triton-{solution.name}"
         (cache / "H").mkdir(parents=True, exist_ok=True)
         (cache / "H" / "k.cubin").write_bytes(b"cubin")
@@ -67,7 +69,9 @@ def test_each_triton_solution_is_compiled_in_every_config_and_kept_until_its_uni
     ahead.submit(plain, SimpleNamespace(), _workloads("w0"))  # no Triton: nothing to compile
     ahead.submit(second, SimpleNamespace(), _workloads("w1"))
     _drain(ahead)
-    assert compiled.calls == [("s_a", ("w0", "w1"), True), ("s_b", ("w1",), True)]
+    # every config; a time limit, which also bounds the bench's wait at its exit
+    assert compiled.calls == [("s_a", ("w0", "w1"), True, CAPTURE_LIMIT_S),
+                              ("s_b", ("w1",), True, CAPTURE_LIMIT_S)]
     kept = {s.name: jit_ahead.folder(ahead.root, s) / "H" / "k.cubin" for s in (first, second)}
     assert all(path.read_bytes() == b"cubin" for path in kept.values())
     ahead.ended(first)

@@ -28,6 +28,9 @@ from solforge.harness.sandbox import jit_ahead
 from solforge.problem.problem import Problem
 
 WORKERS = 4  # capture processes at once: one core each, of the GPU host's 16
+# A capture past this is stopped: its solution compiles in its worker. It also bounds how long
+# the bench's process waits at its exit for a capture still running (the threads are joined).
+CAPTURE_LIMIT_S = 300.0
 
 
 class KernelsAhead:
@@ -80,7 +83,7 @@ class KernelsAhead:
                 return
         try:
             compile_ahead(solution, problem, workloads, lambda cache: self._keep(cache, solution),
-                          every_config=True)
+                          timeout_s=CAPTURE_LIMIT_S, every_config=True)
         except Exception:  # any failure only leaves the kernels to the worker
             return
 
