@@ -4,7 +4,7 @@ SwiGLU in the first one's epilogue. torch.compile runs cuBLAS for the three GEMM
 fused SwiGLU kernel.
 
 Per workload (H200, 2026-12-04 suite: shipped against torch.compile, T_SOL) the shipped kernels
-lose from 512 tokens on (1.16-1.20x compile's time: its Triton GEMMs against cuBLAS) and at one
+lose from 512 tokens on (1.19-1.24x compile's time: its Triton GEMMs against cuBLAS) and at one
 token (150 us against 123; T_SOL 73 us, the 352 MB of weights read once); 16 tokens is a tie
 (128 us). So the variants split by token count:
 
