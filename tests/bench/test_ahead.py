@@ -183,3 +183,16 @@ def test_kept_kernels_sit_where_the_units_worker_looks(tmp_path):
     ahead = kernels_ahead(config, "cuda")
     assert ahead.root == Path(unit_config.cache_dir) / jit_ahead.FOLDER
     ahead.close()
+
+
+def test_the_phase_table_counts_the_units_that_found_their_kernels_ready(tmp_path):
+    """A worker's copy of its kernels is timed as `triton_ahead` when they were kept in time
+    and as `triton_ahead_none` when not, so a bench's phase counts say whether compiling
+    ahead kept up with the GPU."""
+    from solforge.harness.supervisor import ahead_phase
+
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    assert ahead_phase(kept) == "triton_ahead"
+    assert ahead_phase(tmp_path / "not-yet") == "triton_ahead_none"
+    assert ahead_phase(None) == "triton_ahead_none"

@@ -327,6 +327,12 @@ def test_evaluation_records_its_phases_and_times_adaptively(tmp_path, monkeypatc
     # The driver makes the candidate's inputs and hands them over; the baseline's worker is
     # sent the seeds and makes its own (the driver makes them only to compute the reference).
     assert "inputs" in table and "eager/inputs" not in table, sorted(table)
+    # Nothing was compiled ahead for this candidate: its sandboxed worker counts as one that
+    # found none; a baseline's worker never looks.
+    sandboxed = "uid" in trace.evaluation.environment.sandbox
+    assert ("triton_ahead_none" in table) == sandboxed, sorted(table)
+    assert not any(name.endswith("triton_ahead") or name.startswith("eager/triton")
+                   for name in table), sorted(table)
     assert 0.5 * wall < sum(table.values()) <= wall * 1.01
     assert os.stat(tmp_path / "key").st_mode & 0o777 == 0o600
     out = tmp_path / "exported.json"

@@ -20,6 +20,7 @@ The phases the harness records (seconds, wall clock, in the process that drives 
 - `build`: compiling the solution (C++/CUDA) in its own process.
 - `triton_ahead`: copying the candidate's Triton kernels compiled ahead into its worker's
   sandbox (sandbox/jit_ahead.py); what they save shows in `round_calls`, the first calls.
+  `triton_ahead_none`: a candidate's worker that found none ready (its count is what says so).
 - `compile_ahead`: starting the processes that compile the torch.compile baseline's graphs
   ahead (compile_ahead.py), and, as `compile/compile_ahead`, waiting for them;
   `compile/compiled_ahead`: copying their caches into its worker's sandbox.

@@ -83,9 +83,10 @@ class Supervisor:
             try:
                 if sandbox is not None and warm is not None and _compiles(role, solution):
                     sandbox.copy_in_headers(jit_cache.headers(warm))
-                if sandbox is not None:
-                    with phase("triton_ahead"):
-                        sandbox.copy_in_triton(self._ahead(role, solution))
+                if sandbox is not None and role == protocol.CANDIDATE:
+                    kernels = self._ahead(role, solution)
+                    with phase(ahead_phase(kernels)):
+                        sandbox.copy_in_triton(kernels)
                     if role == protocol.REFERENCE_COMPILE:
                         with phase("compiled_ahead"):
                             sandbox.copy_in_compiled(compiled)
@@ -301,3 +302,10 @@ def _retain_bytes(device: torch.device) -> int:
         return 512 << 20
     free, _ = torch.cuda.mem_get_info(device)
     return min(16 << 30, free // 4)
+
+
+def ahead_phase(kernels: Path | None) -> str:
+    """The phase a candidate's copy of its kernels compiled ahead is timed under:
+    `triton_ahead` when they were ready, `triton_ahead_none` when not (none kept yet, or none
+    for this candidate), so the phase table's counts say how many units found them."""
+    return "triton_ahead" if kernels is not None and kernels.is_dir() else "triton_ahead_none"
