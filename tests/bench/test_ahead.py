@@ -55,9 +55,9 @@ def _workloads(*uuids: str):
     return tuple(SimpleNamespace(uuid=uuid) for uuid in uuids)
 
 
-def _drain(ahead: KernelsAhead) -> None:
-    for future in ahead._pending:
-        if not future.cancelled():
+def _drain(*futures) -> None:
+    for future in futures:
+        if future is not None and not future.cancelled():
             future.result(timeout=10)
 
 
@@ -65,10 +65,11 @@ def test_each_triton_solution_is_compiled_in_every_config_and_kept_until_its_uni
         tmp_path, compiled):
     ahead = KernelsAhead(tmp_path / "ahead", workers=1)
     first, second, plain = _solution("a"), _solution("b"), _solution("c", PYTORCH)
-    ahead.submit(first, SimpleNamespace(), _workloads("w0", "w1"))
-    ahead.submit(plain, SimpleNamespace(), _workloads("w0"))  # no Triton: nothing to compile
-    ahead.submit(second, SimpleNamespace(), _workloads("w1"))
-    _drain(ahead)
+    futures = [ahead.submit(first, SimpleNamespace(), _workloads("w0", "w1")),
+               ahead.submit(plain, SimpleNamespace(), _workloads("w0")),
+               ahead.submit(second, SimpleNamespace(), _workloads("w1"))]
+    assert futures[1] is None  # no Triton: nothing to compile
+    _drain(*futures)
     # every config; a time limit, which also bounds the bench's wait at its exit
     assert compiled.calls == [("s_a", ("w0", "w1"), True, CAPTURE_LIMIT_S),
                               ("s_b", ("w1",), True, CAPTURE_LIMIT_S)]
@@ -84,10 +85,10 @@ def test_a_unit_that_ended_or_a_closed_bench_keeps_nothing_compiled_late(tmp_pat
     ahead = KernelsAhead(tmp_path / "ahead", workers=1)
     early, late = _solution("early"), _solution("late")
     compiled.gate.clear()  # the captures are still running when the units end
-    ahead.submit(early, SimpleNamespace(), _workloads("w0"))
+    future = ahead.submit(early, SimpleNamespace(), _workloads("w0"))
     ahead.ended(early)
     compiled.gate.set()
-    _drain(ahead)
+    _drain(future)
     assert not jit_ahead.folder(ahead.root, early).exists()
     compiled.gate.clear()
     ahead.submit(late, SimpleNamespace(), _workloads("w0"))
@@ -103,8 +104,7 @@ def test_a_failed_compile_leaves_the_kernels_to_the_worker(tmp_path, monkeypatch
 
     monkeypatch.setattr(capture, "compile_ahead", broken)
     ahead = KernelsAhead(tmp_path / "ahead", workers=1)
-    ahead.submit(_solution("a"), SimpleNamespace(), _workloads("w0"))
-    _drain(ahead)  # no exception escapes
+    _drain(ahead.submit(_solution("a"), SimpleNamespace(), _workloads("w0")))  # none escapes
     ahead.close()
     assert not (tmp_path / "ahead").exists()
 

@@ -34,6 +34,19 @@ def _stage(tmp_path: Path, stage: str, **env: str) -> tuple[str, object, list[st
     return path, json.loads(content), calls.read_text().splitlines()
 
 
+def _calls(tmp_path: Path, out: Path, stage: str, **env: str) -> list[str]:
+    """Run one stage into `out` with a stand-in interpreter that only records its command
+    lines (appended over runs), and return them all."""
+    python, calls = tmp_path / "python", tmp_path / "calls.txt"
+    python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n')
+    python.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls), **env}
+    done = subprocess.run(["bash", str(SCRIPT), str(out), stage], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return calls.read_text().splitlines()
+
+
 @pytest.mark.parametrize(("stage", "committed", "name"), [
     ("examples", "h200-examples.json", "examples.json"),
     ("libraries", "h200-library-baselines.json", "library-baselines.json"),
@@ -71,18 +84,10 @@ def test_a_long_stage_goes_on_from_the_committed_store_and_leaves_the_next_one(
     packed after, for the next machine to go on from."""
     committed = tmp_path / "committed.db.gz"
     committed.write_bytes(gzip.compress(b"stored traces"))
-    python = tmp_path / "python"
-    python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n')
-    python.chmod(0o755)
-    calls = tmp_path / "calls.txt"
-    env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls), variable: str(committed)}
     out = tmp_path / "out"
-    done = subprocess.run(["bash", str(SCRIPT), str(out), stage], env=env,
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert done.returncode == 0, done.stdout + done.stderr
+    lines = _calls(tmp_path, out, stage, **{variable: str(committed)})
     assert (out / stage / store).read_bytes() == b"stored traces"
     assert gzip.decompress((out / stage / packed).read_bytes()) == b"stored traces"
-    lines = calls.read_text().splitlines()
     assert [i for i, c in enumerate(lines) if script in c] == [1], lines
     assert lines[0].startswith("-m solforge baselines import")
     assert lines[2].startswith("-m solforge baselines export")
@@ -93,25 +98,18 @@ def test_a_long_stage_goes_on_from_the_committed_store_and_leaves_the_next_one(
 def test_the_sharing_stage_searches_at_each_share_then_checks_the_times_agree(
         tmp_path, shares, names, gpu):
     """Its records are named by the GPU's model (h200 where nvidia-smi cannot say)."""
-    python, calls = tmp_path / "python", tmp_path / "calls.txt"
-    python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n')
-    python.chmod(0o755)
-    env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls)}
-    tag = "h200"
+    env, tag = {}, "h200"
     if gpu is not None:
         (tmp_path / "bin").mkdir()
         smi = tmp_path / "bin" / "nvidia-smi"
         smi.write_text(f'#!/usr/bin/env bash\necho "{gpu}"\n')
         smi.chmod(0o755)
-        env["PATH"] = f"{tmp_path / 'bin'}:{env['PATH']}"
+        env["PATH"] = f"{tmp_path / 'bin'}:{os.environ['PATH']}"
         tag = "h100"
     if shares is not None:
         env["SHARE_PER_GPU"] = shares
     out = tmp_path / "out"
-    done = subprocess.run(["bash", str(SCRIPT), str(out), "sharing"], env=env,
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = calls.read_text().splitlines()
+    lines = _calls(tmp_path, out, "sharing", **env)
     searches = [c for c in lines if "throughput_gpu.py" in c]
     assert [c.split("--per-gpu ")[1].split()[0] for c in searches] == [str(n) for n in names]
     for n, line in zip(names, searches):
@@ -256,16 +254,10 @@ def test_deadline_s_is_the_whole_calls(tmp_path):
 
 
 def test_forge_again_is_passed_on_to_a_search_not_a_composition(tmp_path):
-    python, calls = tmp_path / "python", tmp_path / "calls.txt"
-    python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n')
-    python.chmod(0o755)
     for compose in ("0", "1"):
-        env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls),
-               "FORGE_AGAIN": "gelu geglu", "FORGE_COMPOSE": compose}
-        done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / f"out{compose}"), "forge"],
-                              env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
-        assert done.returncode == 0, done.stdout + done.stderr
-    search, composition = [c for c in calls.read_text().splitlines() if "forge_gpu.py" in c]
+        lines = _calls(tmp_path, tmp_path / f"out{compose}", "forge",
+                       FORGE_AGAIN="gelu geglu", FORGE_COMPOSE=compose)
+    search, composition = [c for c in lines if "forge_gpu.py" in c]
     assert search.endswith("--again gelu geglu")
     assert "--again" not in composition and composition.endswith("--compose")
 
@@ -275,15 +267,7 @@ def test_forge_again_is_passed_on_to_a_search_not_a_composition(tmp_path):
     ("--largest 2 --smallest 2 l2/swiglu_mlp_llama3_1_8b=swiglu_mlp",
      "--largest 2 --smallest 2 l2/swiglu_mlp_llama3_1_8b=swiglu_mlp")])
 def test_the_variants_stage_takes_its_arguments_from_variants_args(tmp_path, given, expected):
-    python, calls = tmp_path / "python", tmp_path / "calls.txt"
-    python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n')
-    python.chmod(0o755)
-    env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls)}
-    if given is not None:
-        env["VARIANTS_ARGS"] = given
     out = tmp_path / "out"
-    done = subprocess.run(["bash", str(SCRIPT), str(out), "variants"], env=env,
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert done.returncode == 0, done.stdout + done.stderr
-    (line,) = calls.read_text().splitlines()
+    env = {} if given is None else {"VARIANTS_ARGS": given}
+    (line,) = _calls(tmp_path, out, "variants", **env)
     assert line == f"benchmarks/variants_gpu.py -o {out}/variants.json {expected}"

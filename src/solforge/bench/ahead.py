@@ -42,16 +42,14 @@ class KernelsAhead:
         self._lock = threading.Lock()
         self._kept: dict[str, Solution] = {}  # by source digest, until its unit has ended
         self._ended: set[str] = set()  # units ended: what their capture keeps is dropped
-        self._pending: list[Future] = []
         self._closed = False
 
     def submit(self, solution: Solution, problem: Problem,
-               workloads: Sequence[Workload]) -> None:
-        """Queue the solution's kernels (Triton solutions only)."""
+               workloads: Sequence[Workload]) -> Future | None:
+        """Queue the solution's kernels (Triton solutions only; None for any other)."""
         if "triton" not in solution.languages or not workloads:
-            return
-        self._pending.append(self._pool.submit(self._compile, solution, problem,
-                                               tuple(workloads)))
+            return None
+        return self._pool.submit(self._compile, solution, problem, tuple(workloads))
 
     def ended(self, solution: Solution) -> None:
         """Its unit has ended: its kernels are no longer needed."""
@@ -68,8 +66,6 @@ class KernelsAhead:
         with self._lock:
             self._closed = True
             kept, self._kept = list(self._kept.values()), {}
-        for future in self._pending:
-            future.cancel()
         self._pool.shutdown(wait=False, cancel_futures=True)
         for solution in kept:
             jit_ahead.discard(self.root, solution)
