@@ -48,6 +48,9 @@
 #                        default problems; about a minute); VARIANTS_ARGS replaces its
 #                        arguments (default "--largest 1"), e.g. "--largest 2 --smallest 2
 #                        l2/swiglu_mlp_llama3_1_8b=swiglu_mlp"
+#           timer        where the timer's share of a timed loop goes, per call: flush and
+#                        synchronizations, a clock sample, a profiler session, whole loops
+#                        (benchmarks/timer_cost.py, about 20 s; OUTDIR/timer-cost.json)
 #           gap          whether a kernel-only time carries the GPU's idle gap before the launch
 #                        (benchmarks/hgemm_gap_probe.py; issue 15's benchmark bias, about 20 s)
 #           launch       host microseconds per HGEMM launch: solforge's Python, Triton's dispatch
@@ -276,6 +279,10 @@ stage_variants() {
         | tee "$out/variants.log"
 }
 
+stage_timer() {
+    "$python" benchmarks/timer_cost.py -o "$out/timer-cost.json" 2>&1 | tee "$out/timer.log"
+}
+
 stage_gap() {
     "$python" benchmarks/hgemm_gap_probe.py -o "$out/hgemm-gap-probe.json" 2>&1 \
         | tee "$out/gap.log"
@@ -388,6 +395,7 @@ for stage in "${stages[@]}"; do
         hgemm) run_stage hgemm "" stage_hgemm ;;
         sandbox) run_stage sandbox sandbox-cost.json stage_sandbox ;;
         floor) run_stage floor launch-floor.json stage_floor ;;
+        timer) run_stage timer timer-cost.json stage_timer ;;
         gap) run_stage gap hgemm-gap-probe.json stage_gap ;;
         variants) run_stage variants variants.json stage_variants ;;
         examples) run_stage examples "" stage_examples ;;

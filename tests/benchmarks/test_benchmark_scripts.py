@@ -490,3 +490,11 @@ def test_forge_again_forgets_the_finished_problems_it_names_and_searches_them(tm
     progress = [json.loads(line) for line in call.progress.read_text().splitlines()]
     assert [(r["problem"], r["judged"]) for r in progress] == \
         [("l1/rmsnorm_llama3_1_8b", 1), ("l1/gelu_whisper_large_v3", 2)]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the GPU runs it")
+def test_timer_cost_says_it_needs_a_gpu_and_writes_nothing(tmp_path, run_here):
+    out = tmp_path / "timer-cost.json"
+    done = run_here(REPO / "benchmarks" / "timer_cost.py", "-o", str(out), check=False)
+    assert done.returncode == 1 and "needs a CUDA GPU" in done.stderr
+    assert not out.exists()

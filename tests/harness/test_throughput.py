@@ -40,6 +40,7 @@ from solforge.harness.protocol import WorkerConfig
 from solforge.harness.startup import waited_steps
 from solforge.harness.supervisor import worker_env
 from solforge.harness.worker import Worker
+from solforge.measure import timing as timing_module
 from solforge.measure.timing import (
     StopRule,
     enough_iterations,
@@ -172,6 +173,21 @@ def test_timing_stops_once_the_median_is_known(monkeypatch):
     assert len(slow_start.times_ms) == 30  # 8 slow calls: two more chunks of 5 to know it
     fixed = time_iterations(lambda i: None, iterations=7, warmup=1, method="cpu")
     assert len(fixed.times_ms) == 7
+
+
+def test_a_loops_flush_buffer_is_made_once_for_all_its_chunks(monkeypatch):
+    """The flush buffer and the clock reader serve every chunk of one loop (on the GPU the
+    reader's NVML start and a buffer of twice the L2 are not per-chunk costs)."""
+    made: list[int] = []
+    real = timing_module._flush_buffer
+    monkeypatch.setattr(timing_module, "_flush_buffer",
+                        lambda nbytes, device: made.append(nbytes) or real(nbytes, device))
+    rng = random.Random(2)
+    noisy = time_iterations(lambda i: time.sleep(rng.choice((0.0, 0.002))), iterations=40,
+                            warmup=1, method="cpu", flush_bytes=64,
+                            stop=StopRule(min_iterations=10, chunk=10))
+    assert len(noisy.times_ms) > 10  # more than one chunk ran
+    assert made == [64]
 
 
 # -- the signed baseline store -----------------------------------------------------------------

@@ -45,7 +45,7 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 import torch
@@ -151,6 +151,21 @@ class Namespace:
                 if v is not w]
 
 
+def _flat(namespaces: Iterable[Namespace], kind: type) -> tuple[Any, ...]:
+    """Every watched name of the namespaces of one mapping type, in one sequence: (the type's
+    `get`, each name's namespace, the names, what each held, their labels). A check follows
+    every timed call, and one pass of `map` over the few thousand names (lookups and identity
+    tests in C) took 0.19 ms where a Python call per namespace took 0.64 (236 namespaces, 4,736
+    names, on a 2-core CPU). The type's `get`, not the instance's: no attribute of a mapping
+    answers for it. Plain tuples: the check looks up no method of a class a candidate could
+    patch (the labels come from here, not from `Namespace.changed`)."""
+    picked = [n for n in namespaces if type(n.names) is kind]
+    return (kind.get, tuple(n.names for n in picked for _ in n.attributes),
+            tuple(a for n in picked for a in n.attributes),
+            tuple(v for n in picked for v in n.values),
+            tuple(f"{n.label}.{a}" for n in picked for a in n.attributes))
+
+
 class IdentitySnapshot:
     """The objects bound to every watched name, to be compared by identity later, and the
     type of every watched module and pinned object: a module's `__class__` can be set to a
@@ -166,6 +181,9 @@ class IdentitySnapshot:
             self._take(name, module)
         for name, cls in _watched_classes().items():
             self._take(name, cls)
+        self.flat = tuple(_flat(self.namespaces, kind) for kind in (dict, MappingProxyType))
+        self.others = tuple(n for n in self.namespaces  # none in practice
+                            if type(n.names) not in (dict, MappingProxyType))
         self.trace_hooks = _trace_hooks()
 
     def _take(self, label: str, owner: ModuleType | type) -> None:
@@ -187,7 +205,13 @@ class IdentitySnapshot:
     def changed(self) -> list[str]:
         """Names now bound to another object (or gone), modules swapped or given another type,
         trace hooks set, harness objects altered."""
-        found = [label for namespace in self.namespaces for label in namespace.changed()]
+        found = []
+        for get, mappings, attributes, values, labels in self.flat:
+            if any(map(operator.is_not, map(get, mappings, attributes), values)):
+                found += [label for label, names, attribute, value
+                          in zip(labels, mappings, attributes, values)
+                          if get(names, attribute) is not value]
+        found += [label for namespace in self.others for label in namespace.changed()]
         found += [f"sys.modules[{name!r}]" for name, module in self.modules.items()
                   if sys.modules.get(name) is not module]
         found += [f"type({name})" for name, module in self.modules.items()

@@ -45,7 +45,7 @@ import torch
 from torch.autograd import DeviceType
 
 from solforge.errors import SolforgeError
-from solforge.measure.clocks import ClockSampler, clock_reader
+from solforge.measure.clocks import ClockReader, ClockSampler, clock_reader
 
 METHODS = ("kernel", "events", "graph", "cpu")
 _RUNTIME_NAME = re.compile(r"^(cuda|cu)[A-Z]")  # cudaLaunchKernel, cuLaunchKernelEx, ...
@@ -172,18 +172,20 @@ def time_iterations(run_iteration: Callable[[int], None], iterations: int, warmu
     after call i's time is taken (after its device-wide synchronize on the GPU): the harness
     hands the outputs over there, the moment the call has returned.
     """
+    _check_loop(method, iterations, warmup)
+    tools = _Tools.made(method, flush_bytes)
     if stop is None or stop.min_iterations >= iterations:
-        return _time_fixed(run_iteration, iterations, warmup, method, flush_bytes,
-                           before_iteration, after_iteration)
+        return _time_fixed(run_iteration, iterations, warmup, method, tools, before_iteration,
+                           after_iteration)
     first = max(stop.min_iterations, 1)
-    timing = _time_fixed(run_iteration, first, warmup, method, flush_bytes, before_iteration,
+    timing = _time_fixed(run_iteration, first, warmup, method, tools, before_iteration,
                          after_iteration)
     chunks = [timing]
     times = list(timing.times_ms)
     while not enough_iterations(times, stop, iterations):
         offset = warmup + len(times)
         count = min(stop.chunk, iterations - len(times))
-        chunk = _time_fixed(_shifted(run_iteration, offset), count, 0, method, flush_bytes,
+        chunk = _time_fixed(_shifted(run_iteration, offset), count, 0, method, tools,
                             _shifted(before_iteration or _nothing, offset),
                             _shifted(after_iteration or _nothing, offset))
         chunks.append(chunk)
@@ -210,29 +212,46 @@ def _range(ranges) -> tuple[float, float] | None:
     return (min(r[0] for r in known), max(r[1] for r in known)) if known else None
 
 
-def _time_fixed(run_iteration: Callable[[int], None], iterations: int, warmup: int,
-                method: str, flush_bytes: int | None,
-                before_iteration: Callable[[int], None] | None,
-                after_iteration: Callable[[int], None] | None = None) -> Timing:
+def _check_loop(method: str, iterations: int, warmup: int) -> None:
     if method not in METHODS:
         raise TimingError(f"unknown timing method {method!r} (methods: {', '.join(METHODS)})")
     if iterations < 1 or warmup < 0:
         raise TimingError(f"need iterations >= 1 and warmup >= 0, got {iterations}, {warmup}")
+    if method != "cpu" and not torch.cuda.is_available():
+        raise TimingError(f"timing method {method!r} needs a CUDA device; use method='cpu'")
+
+
+@dataclass(frozen=True)
+class _Tools:
+    """What every chunk of one timed loop uses, made once per loop: the flush buffer (twice the
+    L2, zeroed on the device) and the clock reader (an NVML initialisation and handle)."""
+
+    buffer: torch.Tensor | None  # None: no flush (the CPU without flush_bytes)
+    reader: ClockReader | None
+
+    @classmethod
+    def made(cls, method: str, flush_bytes: int | None) -> _Tools:
+        if method == "cpu":
+            return cls(_flush_buffer(flush_bytes, "cpu") if flush_bytes else None, None)
+        device = torch.device("cuda", torch.cuda.current_device())
+        if flush_bytes is None:
+            flush_bytes = 2 * torch.cuda.get_device_properties(device).L2_cache_size
+        # With no flush a 4-byte write still marks where each iteration begins ("kernel").
+        return cls(_flush_buffer(max(flush_bytes, 4), device), clock_reader(device))
+
+
+def _time_fixed(run_iteration: Callable[[int], None], iterations: int, warmup: int,
+                method: str, tools: _Tools,
+                before_iteration: Callable[[int], None] | None,
+                after_iteration: Callable[[int], None] | None = None) -> Timing:
     before = before_iteration or _nothing
     after = after_iteration or _nothing
     if method == "cpu":
-        return _time_cpu(run_iteration, before, after, iterations, warmup, flush_bytes)
-    if not torch.cuda.is_available():
-        raise TimingError(f"timing method {method!r} needs a CUDA device; use method='cpu'")
-    device = torch.device("cuda", torch.cuda.current_device())
-    if flush_bytes is None:
-        flush_bytes = 2 * torch.cuda.get_device_properties(device).L2_cache_size
-    # With no flush a 4-byte write still marks where each iteration begins ("kernel").
-    buffer = _flush_buffer(max(flush_bytes, 4), device)
-    sampler = ClockSampler(clock_reader(device))
+        return _time_cpu(run_iteration, before, after, iterations, warmup, tools.buffer)
+    sampler = ClockSampler(tools.reader)
     timers = {"kernel": _time_kernels, "events": _time_events, "graph": _time_graph}
-    times, kernels = timers[method](run_iteration, before, after, iterations, warmup, buffer,
-                                    sampler)
+    times, kernels = timers[method](run_iteration, before, after, iterations, warmup,
+                                    tools.buffer, sampler)
     return summarize(method, times, sampler.sm_range(), sampler.mem_range(), kernels)
 
 
@@ -259,8 +278,7 @@ def _flush(buffer: torch.Tensor, i: int) -> None:
 
 def _time_cpu(run: Callable[[int], None], before: Callable[[int], None],
               after: Callable[[int], None], iterations: int, warmup: int,
-              flush_bytes: int | None) -> Timing:
-    buffer = _flush_buffer(flush_bytes, "cpu") if flush_bytes else None
+              buffer: torch.Tensor | None) -> Timing:
     times = []
     for i in range(warmup + iterations):
         before(i)
