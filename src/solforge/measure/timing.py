@@ -383,9 +383,10 @@ def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
                 after(i)
             _sample_clocks(sampler, i, warmup, iterations)
     events = prof.profiler.kineto_results.events()
+    kinds = [activity_of(e) for e in events]  # once: each pass below reads them
     spans = [DeviceSpan(e.start_ns(), e.end_ns(), e.linked_correlation_id())
-             for e in events if activity_of(e) in DEVICE_WORK]
-    markers = host_ids_in_ranges(events, flush_range)
+             for e, kind in zip(events, kinds) if kind in DEVICE_WORK]
+    markers = host_ids_in_ranges(events, flush_range, kinds)
     if len(markers) > total:
         raise ForgedRange(f"the profiler recorded {len(markers)} harness flush ranges for "
                           f"{total} iterations: something else opened a range under the "
@@ -393,7 +394,7 @@ def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
     if len(markers) != total:
         raise TimingError(f"the profiler recorded {len(markers)} flush ranges for {total} "
                           f"iterations")
-    setups = host_ids_in_ranges(events, setup_range)
+    setups = host_ids_in_ranges(events, setup_range, kinds)
     if len(setups) < 2 * total:
         raise TimingError(f"the profiler recorded {len(setups)} harness setup ranges for "
                           f"{2 * total}")
@@ -435,17 +436,21 @@ def activity_of(event) -> str:
     return "user_annotation" if annotated else "cpu_op"
 
 
-def host_ids_in_ranges(events: Sequence, range_name: str) -> list[set[int]]:
+def host_ids_in_ranges(events: Sequence, range_name: str,
+                       kinds: Sequence[str] | None = None) -> list[set[int]]:
     """For each profiler range named `range_name` (in time order): the correlation ids of the
-    host ops that ran inside it on the range's own thread, the range itself included."""
-    ranges = sorted((e for e in events
-                     if activity_of(e) == "user_annotation" and e.name() == range_name),
+    host ops that ran inside it on the range's own thread, the range itself included. `kinds`:
+    each event's `activity_of`, when the caller has them (a loop's records number thousands)."""
+    if kinds is None:
+        kinds = [activity_of(e) for e in events]
+    ranges = sorted((e for e, kind in zip(events, kinds)
+                     if kind == "user_annotation" and e.name() == range_name),
                     key=lambda e: e.start_ns())
     if not ranges:
         return []
     thread = ranges[0].start_thread_id()
-    host_ops = sorted((e for e in events
-                       if activity_of(e) in TORCH_OPS and e.start_thread_id() == thread),
+    host_ops = sorted((e for e, kind in zip(events, kinds)
+                       if kind in TORCH_OPS and e.start_thread_id() == thread),
                       key=lambda e: e.start_ns())
     starts = [op.start_ns() for op in host_ops]
     found = []
