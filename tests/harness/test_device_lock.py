@@ -13,15 +13,17 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-from harness_corpus import PROBLEMS, short_limits
+from harness_corpus import EXPLOITS, PROBLEMS, load_fixtures, run_fixture, short_limits
 
 from solforge.data.solution import parse_solution
 from solforge.data.trace import Status
 from solforge.errors import SolforgeError
 from solforge.harness import device_lock, protocol
+from solforge.harness import judge as judge_module
 from solforge.harness.device_lock import DeviceBusy, DeviceLock, all_alone, make_folder
 from solforge.harness.evaluate import EvalConfig, evaluate
 from solforge.harness.judge import Judge
+from solforge.harness.oracle import ReferenceOracle
 from solforge.harness.supervisor import worker_env
 from solforge.problem import load_problem
 from solforge.runners import open_runner
@@ -236,7 +238,9 @@ RMSNORM = ("import torch\n\ndef run(hidden_states, norm_weight, eps):\n"
 
 def test_the_judge_runs_rounds_shared_and_the_timed_loop_alone(tmp_path, monkeypatch):
     """Every round's inputs leave the driver under the shared lock, every timed call's under
-    the exclusive one, and the time waited for the lock is added to the workload's limit."""
+    the exclusive one, and the time waited for the lock is added to the workload's limit. The
+    driver's own device work is kept out of the exclusive loop where it fits: the timed calls'
+    inputs are made before it, and the chosen timed outputs compared after it."""
     recorder = _Recorder(waited_s=1000.0)
     monkeypatch.setattr(device_lock, "current", lambda: recorder)
     seen: list[tuple[str, str | None, float]] = []
@@ -247,6 +251,21 @@ def test_the_judge_runs_rounds_shared_and_the_timed_loop_alone(tmp_path, monkeyp
         return hand_over(judge, phase, index, seed)
 
     monkeypatch.setattr(Judge, "_hand_over", noted)
+    made: list[str | None] = []  # the lock held as each seed's inputs were made
+    compared: list[str | None] = []
+    make_inputs, compare = ReferenceOracle.inputs, Judge._compare
+
+    def making(oracle, workload, seed):
+        if (workload.uuid, seed) not in oracle._inputs:
+            made.append(recorder.held)
+        return make_inputs(oracle, workload, seed)
+
+    def comparing(judge, values, seed):
+        compared.append(recorder.held)
+        return compare(judge, values, seed)
+
+    monkeypatch.setattr(ReferenceOracle, "inputs", making)
+    monkeypatch.setattr(Judge, "_compare", comparing)
     problem = load_problem(PROBLEMS / "rmsnorm_small")
     solution = parse_solution({
         "name": "test", "definition": "rmsnorm_small", "author": "tests",
@@ -262,7 +281,26 @@ def test_the_judge_runs_rounds_shared_and_the_timed_loop_alone(tmp_path, monkeyp
     assert rounds and calls
     assert {held for _, held, _ in rounds} == {"shared"}
     assert {held for _, held, _ in calls} == {"exclusive"}
-    # each workload judged (the candidate's, the eager baseline's): its rounds, then its loop
-    assert recorder.order == ["shared", "exclusive"] * (len(recorder.order) // 2)
+    # each workload judged (the candidate's, the eager baseline's): its rounds, the timed
+    # calls' inputs, its loop, the chosen outputs compared
+    assert recorder.order == ["shared", "shared", "exclusive", "shared"] * (
+        len(recorder.order) // 4)
     assert min(left for _, _, left in rounds) > 1000.0  # the wait for the rounds was added
-    assert min(left for _, _, left in calls) > 2000.0  # and the one for the timed loop
+    assert min(left for _, _, left in calls) > 3000.0  # and the ones before the timed loop
+    assert made.count("shared") > len(rounds) and "exclusive" not in made
+    assert len(compared) > len(rounds) and set(compared) == {"shared"}
+
+
+@pytest.mark.parametrize("held_bytes", [0, 30_000, 1 << 30])  # none, 3 of 8.7 KB, all
+def test_chosen_timed_outputs_are_judged_in_call_order_however_many_are_kept(
+        held_bytes, tmp_path, monkeypatch):
+    """The chosen timed outputs compared after the loop (all kept), as they arrive (none), or
+    some of each (a budget of a few outputs): the verdict names the first wrong call either
+    way. The fixture answers the first timed call with its last round's result."""
+    monkeypatch.setattr(judge_module, "HELD_BYTES", held_bytes)
+    fixture = next(f for f in load_fixtures(EXPLOITS) if f.name == "skip_when_timed")
+    base = EvalConfig(device="cpu", baseline="eager", secret=7, limits=short_limits(),
+                      cache_dir=tmp_path)
+    traces = run_fixture(fixture, base)
+    assert [t.evaluation.status for t in traces] == [Status.REWARD_HACK]
+    assert "call 0 of the timed loop" in traces[0].evaluation.log

@@ -156,9 +156,10 @@ def _flat(namespaces: Iterable[Namespace], kind: type) -> tuple[Any, ...]:
     `get`, each name's namespace, the names, what each held, their labels). A check follows
     every timed call, and one pass of `map` over the few thousand names (lookups and identity
     tests in C) took 0.19 ms where a Python call per namespace took 0.31 (239 namespaces, about
-    4,700 names, on a 2-core CPU; the whole check 0.74 ms, was 0.86). The type's `get`, not the instance's: no attribute of a mapping
-    answers for it. Plain tuples: the check looks up no method of a class a candidate could
-    patch (the labels come from here, not from `Namespace.changed`)."""
+    4,700 names, on a 2-core CPU; the whole check 0.74 ms, was 0.86). The type's `get`, not
+    the instance's: no attribute of a mapping answers for it. Plain tuples: the check looks up
+    no method of a class a candidate could patch (the labels come from here, not from
+    `Namespace.changed`)."""
     picked = [n for n in namespaces if type(n.names) is kind]
     return (kind.get, tuple(n.names for n in picked for _ in n.attributes),
             tuple(a for n in picked for a in n.attributes),

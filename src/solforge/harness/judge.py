@@ -13,7 +13,9 @@ cached, skipped or deferred its work); a baseline's keeps its numerical verdict.
 recomputes median, min, max and spread from the raw times, and holds each time to the wall-clock
 bracket it saw around the call (from sending its inputs to receiving its outputs): a call cannot
 take longer than the time it was given. On a GPU shared with other units (device_lock.py) the
-rounds hold the device shared and the timed loop holds it alone.
+rounds hold the device shared and the timed loop holds it alone; the driver's own device work
+around the loop stays out of it where memory allows (AHEAD_BYTES, HELD_BYTES): the first timed
+calls' inputs are made before it and the chosen timed outputs compared after it, in call order.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import math
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -41,6 +43,12 @@ from solforge.measure.timing import METHODS, Timing, TimingError, summarize
 from solforge.problem.reference import describe_exception
 
 _RANDOM = secrets.SystemRandom()
+# The driver's device memory for work moved out of the timed loop, which holds the GPU alone
+# when units share it (device_lock.py): the first timed calls' inputs made before it, and the
+# chosen timed outputs (with their inputs) compared after it. Larger workloads do that work
+# inside the loop, as before.
+AHEAD_BYTES = 1 << 30
+HELD_BYTES = 1 << 30
 # Slack on the wall-clock bracket: the profiler's clock and the driver's are different clocks.
 BRACKET_SLACK = 1.01
 BRACKET_SLACK_MS = 0.05
@@ -83,6 +91,20 @@ class WorkerFailure(Exception):
     def __init__(self, meta: dict[str, Any]) -> None:
         self.meta = meta
         super().__init__(str(meta.get("message", "")))
+
+
+@dataclass
+class _Loop:
+    """What a timed loop leaves for the verdict: the calls chosen for comparison, each call's
+    wall-clock bracket, the worker's timing record, and the chosen outputs kept to be compared
+    after the loop (call, seed, private copies) or the first failure already found."""
+
+    chosen: set[int]
+    brackets_ms: list[float] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    held: list[tuple[int, int, list[Any]]] = field(default_factory=list)
+    held_bytes: int = 0
+    failed: Comparison | None = None
 
 
 class Judge:
@@ -172,12 +194,18 @@ class Judge:
             _record_worker_seconds(done.get("worker_seconds"), "correctness", "round")
             self._expect(protocol.SKIPPED)  # or the FAILURE of a late write
             return WorkloadResult(uuid, failed.status, failed.message, failed.correctness)
+        with lock.shared() as waited:  # the driver's own work on the device
+            self.deadline += waited
+            self._inputs_ahead()
         with lock.exclusive() as waited:  # before TIME: the worker's loop starts on it
             self.deadline += waited
             self.session.send(protocol.TIME)
             # carved once the send has closed `correctness` (an open phase holds no seconds)
             _record_worker_seconds(done.get("worker_seconds"), "correctness", "round")
-            return self._timed(worst, first_call_ms)
+            loop = self._timed()
+        with lock.shared() as waited:
+            self.deadline += waited
+            return self._verdict(loop, worst, first_call_ms)
 
     def close(self) -> None:
         """Free the arenas shared with the worker (vmm.py), once it is done with them."""
@@ -248,14 +276,32 @@ class Judge:
             self.session.send(protocol.INPUTS, meta, inputs)
         return began
 
-    def _timed(self, worst: Correctness | None, first_call_ms: float | None) -> WorkloadResult:
-        """Hand over each call's inputs, take its outputs, compare the secretly chosen ones."""
+    def _inputs_ahead(self) -> None:
+        """Make the first timed calls' inputs before the timed loop takes the device alone
+        (the oracle keeps them until each is handed over): the loop then only hands them out.
+        As many as AHEAD_BYTES holds, from the first call's size; none when the worker makes
+        its own from the seed."""
+        if self.seed_only is not False:
+            return
+        uuid = self.workload.uuid
+        fewest = self.plan.warmup + (self.plan.min_iterations or self.plan.iterations)
+        try:
+            first = self.oracle.inputs(self.workload, self.plan.seeds.seed(uuid, CALL, 0))
+            for i in range(1, min(fewest, AHEAD_BYTES // max(_kept_bytes(first), 1))):
+                self.oracle.inputs(self.workload, self.plan.seeds.seed(uuid, CALL, i))
+        except Exception as exc:
+            raise InputFailure(f"making the inputs of the timed calls failed: "
+                               f"{describe_exception(exc)}") from None
+
+    def _timed(self) -> _Loop:
+        """Hand over each call's inputs and take its outputs; the secretly chosen ones are kept
+        for `_verdict` to compare once the loop has let the device go (where they fit in
+        HELD_BYTES; else each is compared as it arrives, as before)."""
         uuid = self.workload.uuid
         total = self.plan.warmup + self.plan.iterations
         fewest = self.plan.warmup + (self.plan.min_iterations or self.plan.iterations)
         chosen = _secret_choice(fewest, total, self.plan.verify)
-        brackets_ms = []
-        failed: Comparison | None = None
+        loop = _Loop(chosen)
         meta = None
         for i in range(total):
             seed = self.plan.seeds.seed(uuid, CALL, i)
@@ -268,26 +314,59 @@ class Judge:
                 self.oracle.forget(self.workload, seed)  # handed over, never called
                 chosen &= set(range(i))
                 break
-            brackets_ms.append((time.monotonic() - sent) * 1e3)
+            loop.brackets_ms.append((time.monotonic() - sent) * 1e3)
             self._require(frame.meta.get("iteration") == i, f"output of call {i} missing")
             if i not in chosen:
                 self.oracle.forget(self.workload, seed)
-            elif failed is None:
-                verdict = self._compare(self._taken(frame), seed)
-                if not verdict.passed:
-                    failed = _timed_failure(verdict, i, self.candidate)
+            elif loop.failed is None:
+                self._check_timed(loop, i, seed, self._taken(frame))
         if meta is None:
             meta = self._expect(protocol.TIMING).meta
+        loop.meta = meta
         _record_worker_seconds(meta.get("worker_seconds"), "timing", "loop")
         self._expect(protocol.WORKLOAD_DONE)
+        return loop
+
+    def _check_timed(self, loop: _Loop, i: int, seed: int, values: list[Any]) -> None:
+        """A chosen timed output: kept for later while the kept ones fit in HELD_BYTES (with
+        the inputs the oracle keeps for their reference), else compared now."""
+        size = _kept_bytes(values) + self.oracle.kept_bytes(self.workload, seed)
+        if loop.held_bytes + size <= HELD_BYTES:
+            loop.held.append((i, seed, values))
+            loop.held_bytes += size
+            return
+        for earlier in self._compared(loop):  # in order: the first wrong call is the verdict
+            loop.failed = earlier
+            return
+        verdict = self._compare(values, seed)
+        if not verdict.passed:
+            loop.failed = _timed_failure(verdict, i, self.candidate)
+
+    def _compared(self, loop: _Loop) -> list[Comparison]:
+        """Compare the kept outputs, in call order; the first failure (if any), in a list."""
+        held, loop.held, loop.held_bytes = loop.held, [], 0
+        for i, seed, values in held:
+            verdict = self._compare(values, seed)
+            if not verdict.passed:
+                return [_timed_failure(verdict, i, self.candidate)]
+        return []
+
+    def _verdict(self, loop: _Loop, worst: Correctness | None,
+                 first_call_ms: float | None) -> WorkloadResult:
+        """The workload's verdict once the loop is over: the kept outputs compared, then the
+        driver's statistics of the raw times."""
+        uuid = self.workload.uuid
+        if loop.failed is None:
+            loop.failed = next(iter(self._compared(loop)), None)
+        failed = loop.failed
         if failed is not None:
             return WorkloadResult(uuid, failed.status, failed.message, failed.correctness)
         try:
-            timing = recompute_timing(meta, brackets_ms[self.plan.warmup:])
+            timing = recompute_timing(loop.meta, loop.brackets_ms[self.plan.warmup:])
         except ForgedTiming as exc:
             return WorkloadResult(uuid, Status.REWARD_HACK, str(exc))
         return WorkloadResult(uuid, Status.PASSED, "", worst, asdict(timing), first_call_ms,
-                              tuple(sorted(chosen)), handover=self.handover)
+                              tuple(sorted(loop.chosen)), handover=self.handover)
 
     def _taken(self, frame) -> list[Any]:
         """A frame's outputs as private copies: from this workload's slots where the driver
@@ -425,6 +504,11 @@ def reproducible_inputs(workload: Workload) -> bool:
     problem's own custom_inputs code may draw from anything (Python's random, the clock), so
     those go as a seed only once the oracle finds them repeatable."""
     return all(source.kind != "custom" for source in workload.inputs.values())
+
+
+def _kept_bytes(values: list[Any]) -> int:
+    """Device or host bytes of the tensors among `values`."""
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 def _output_bytes(oracle: ReferenceOracle, workload: Workload) -> int:

@@ -66,6 +66,11 @@ class ReferenceOracle:
             return_spare_memory(self.device)
         return self._repeatable[workload.uuid]
 
+    def kept_bytes(self, workload: Workload, seed: int) -> int:
+        """The bytes of the tensors kept as `seed`'s inputs (0 when none are kept)."""
+        return sum(v.numel() * v.element_size() for v in self._inputs.get((workload.uuid, seed), ())
+                   if isinstance(v, torch.Tensor))
+
     def forget(self, workload: Workload, seed: int) -> None:
         """Drop the inputs of a seed whose outputs will not be compared."""
         self._inputs.pop((workload.uuid, seed), None)

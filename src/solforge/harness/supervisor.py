@@ -220,6 +220,9 @@ class TimedOracle:
         with phase("inputs"):
             return self.oracle.repeatable(workload, seed)
 
+    def kept_bytes(self, workload: Workload, seed: int) -> int:
+        return self.oracle.kept_bytes(workload, seed)
+
     def forget(self, workload: Workload, seed: int) -> None:
         self.oracle.forget(workload, seed)
 
