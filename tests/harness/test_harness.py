@@ -36,7 +36,7 @@ from solforge.data.trace import (
     read_traces,
 )
 from solforge.data.workload import Tolerance
-from solforge.harness import compare, protocol
+from solforge.harness import compare, guards, protocol
 from solforge.harness.channel import (
     ChannelClosed,
     ChannelForged,
@@ -464,6 +464,23 @@ def test_identity_snapshot_sees_a_replaced_function():
         assert "time.perf_counter" in snapshot.changed()
     finally:
         time.perf_counter = original
+    assert snapshot.changed() == []
+
+
+def test_identity_snapshot_is_not_blinded_by_patching_its_own_helpers():
+    """The check reads the watched names itself (no method of `Namespace` is looked up on the
+    way), so a candidate that patches the helper class to report nothing is seen, and so is
+    the patch."""
+    snapshot = IdentitySnapshot(["time", "solforge.harness.guards"])
+    original, changed = time.perf_counter, guards.Namespace.changed
+    try:
+        guards.Namespace.changed = lambda self: []
+        time.perf_counter = lambda: 0.0
+        found = snapshot.changed()
+    finally:
+        time.perf_counter, guards.Namespace.changed = original, changed
+    assert "time.perf_counter" in found
+    assert "solforge.harness.guards.Namespace.changed" in found
     assert snapshot.changed() == []
 
 
