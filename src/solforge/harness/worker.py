@@ -157,6 +157,8 @@ class Worker:
         guards.pin("worker.link.writer", self.link.writer, mutable=("sequence",))
         guards.pin("worker.link.reader", self.link.reader, mutable=("sequence",))
         guards.pin("worker.guards", guards)
+        # what the identity check reads (pins are added and removed: `pinned` changes)
+        guards.pin("worker.guards.identities", guards.identities, mutable=("pinned",))
         guards.pin("worker.guards.after_return", guards.after_return,
                    mutable=("at_return", "returned", "window", "worked_after"))
 
