@@ -27,7 +27,9 @@ The phases the harness records (seconds, wall clock, in the process that drives 
 - `correctness`: the correctness rounds (worker calls plus frames), `reference` excluded.
 - `reference`: the driver computing reference outputs (rounds and re-checked timed calls).
 - `timing`: the timed loop (warm-up, L2 flushes, the calls, seed requests).
-- `verify`: shipping and re-checking the chosen timed outputs, `reference` excluded.
+- `verify`: from the worker's timing record to the workload's end (the chosen timed outputs
+  that did not fit in the driver's memory were compared in the loop; the others are compared
+  after it, as `compare` and `reference` at the top level).
 - `eager/...`, `compile/...`: timing the reference as a baseline, by the phases above
   (`compile/correctness` holds torch.compile's own compile, in the first round).
 - `device_wait`: waiting for a GPU shared with other units (device_lock.py): shared for the
@@ -37,7 +39,8 @@ The phases the harness records (seconds, wall clock, in the process that drives 
 - `send_inputs`: the driver writing a call's inputs to the worker (into the shared area or the
   frame; a baseline's worker gets the seed and makes them, in its `receive`); `take_outputs`:
   copying a call's outputs out of its slots; `compare`: checking them against the reference,
-  `reference` excluded. Nested in `correctness`, `timing` and `verify`.
+  `reference` excluded. Nested in `correctness` and `timing`; the chosen timed outputs kept
+  for after the loop are compared outside any phase of the protocol (judge.py).
 - `round_<part>` and `loop_<part>`: the worker's own account of its work in the correctness
   rounds and the timed loops, carved out of `correctness` and `timing`: `receive` (copying the
   inputs in, from the moment their frame was read, and preparing the output buffers),
