@@ -305,6 +305,24 @@ def test_fp32_policy_is_selectable_and_stated(make_problem):
     assert floor < times["fastest"].t_sol_ms  # peaks at the maximum clock
 
 
+def test_the_floor_counts_the_reads_and_only_the_writes_the_l2_cannot_hold(make_problem):
+    """The L2 is write-back: a kernel can end with its outputs still in it, so the floor (what
+    no honest kernel beats) leaves out up to the L2's capacity of written bytes; T_SOL keeps
+    every byte."""
+    spec = definition("add", {"N": None}, {"x": [["N"], "float32"], "y": [["N"], "float32"]},
+                      {"z": [["N"], "float32"]}, "import torch\ndef run(x, y):\n    return x + y\n")
+    small, large = 1 << 20, 1 << 26  # outputs of 4 MiB and 256 MiB against the L2's tens
+    problem = load_problem(make_problem(spec, [{"axes": {"N": small}}, {"axes": {"N": large}}]))
+    bandwidth = H200.dram_bytes_per_s
+    for workload, n in zip(problem.workloads, (small, large)):
+        analysis = analyze_workload(problem, workload, H200)
+        assert analysis.t_sol_ms == pytest.approx(12 * n / bandwidth * 1e3)  # 2 reads, 1 write
+        unwritten = max(0, 4 * n - H200.l2_bytes)
+        floor = sol_floor_ms(problem, workload, H200)
+        assert floor == pytest.approx((8 * n + unwritten) / bandwidth * 1e3)
+        assert floor < analysis.t_sol_ms
+
+
 def test_an_op_without_a_cost_rule_is_reported_by_name(make_problem):
     spec = definition("fft", {"N": None}, {"x": [["N"], "float32"]},
                       {"y": [["N"], "float32"]},
