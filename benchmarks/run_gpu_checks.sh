@@ -84,6 +84,9 @@
 #                        compiled ahead, then with it) and warm (benchmarks/eval_phases.py)
 #           ipc          CUDA IPC between uids (benchmarks/cuda_ipc_probe.py; run as root)
 #
+# throughput, suite, suitewarm, forge, hgemm, examples and libraries go on from and write the
+# H200's stores and files (h200-*): on another GPU (nvidia-smi's name) they are skipped, unless
+# ANY_GPU=1 (a call that names no machine kind can get an H100).
 # HARNESS_PARTS (default: all) picks the parts of benchmarks/harness_gpu.py the harness stage runs.
 #
 # A stage whose result file is already in OUTDIR is skipped, so a run cut short by a time limit
@@ -184,6 +187,15 @@ gpu_tag() {  # h200, h100: the GPU's model, naming the sharing stage's records (
     model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 \
         | grep -o 'H[0-9][0-9][0-9]' | head -n 1)
     echo "${model:-H200}" | tr 'H' 'h'
+}
+
+on_an_h200() {  # STAGE: whether this GPU may write the stage's files, which are the H200's
+    local tag
+    tag=$(gpu_tag)
+    [ "$tag" = h200 ] || [ "${ANY_GPU:-0}" = 1 ] && return 0
+    echo "== $1: skipped on this $tag: it goes on from and writes the H200's stores and files" \
+         "(h200-*); ANY_GPU=1 runs it anyway"
+    return 1
 }
 
 stage_sharing() {
@@ -387,20 +399,20 @@ for stage in "${stages[@]}"; do
         tests) run_stage tests gpu-tests.log stage_tests ;;
         calibrate) run_stage calibrate h200-measured.json stage_calibrate ;;
         harness) run_stage harness harness_summary.json stage_harness ;;
-        throughput) run_stage throughput "" stage_throughput ;;
+        throughput) on_an_h200 throughput && run_stage throughput "" stage_throughput ;;
         sharing) run_stage sharing "" stage_sharing ;;
-        suite) run_stage suite "" stage_suite ;;
-        suitewarm) run_stage suitewarm "" stage_suitewarm ;;
-        forge) run_stage forge "" stage_forge ;;
-        hgemm) run_stage hgemm "" stage_hgemm ;;
+        suite) on_an_h200 suite && run_stage suite "" stage_suite ;;
+        suitewarm) on_an_h200 suitewarm && run_stage suitewarm "" stage_suitewarm ;;
+        forge) on_an_h200 forge && run_stage forge "" stage_forge ;;
+        hgemm) on_an_h200 hgemm && run_stage hgemm "" stage_hgemm ;;
         sandbox) run_stage sandbox sandbox-cost.json stage_sandbox ;;
         floor) run_stage floor launch-floor.json stage_floor ;;
         timer) run_stage timer timer-cost.json stage_timer ;;
         gap) run_stage gap hgemm-gap-probe.json stage_gap ;;
         variants) run_stage variants variants.json stage_variants ;;
-        examples) run_stage examples "" stage_examples ;;
+        examples) on_an_h200 examples && run_stage examples "" stage_examples ;;
         flashinfer) run_stage flashinfer "" stage_flashinfer ;;
-        libraries) run_stage libraries "" stage_libraries ;;
+        libraries) on_an_h200 libraries && run_stage libraries "" stage_libraries ;;
         phases) run_stage phases phases.json stage_phases ;;
         ipc) run_stage ipc ipc-probe.jsonl stage_ipc ;;
         launch) run_stage launch hgemm-launch-host.json stage_launch ;;

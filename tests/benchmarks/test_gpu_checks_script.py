@@ -120,6 +120,31 @@ def test_the_sharing_stage_searches_at_each_share_then_checks_the_times_agree(
     assert f"--name {tag} " in lines[-1]
 
 
+@pytest.mark.parametrize("any_gpu", [None, "1"])
+def test_the_h200s_stages_skip_another_gpu_unless_told(tmp_path, any_gpu):
+    """A call that names no machine kind can get an H100: the stages that go on from and write
+    the H200's stores (h200-*) skip it, unless ANY_GPU=1; the others run."""
+    (tmp_path / "bin").mkdir()
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.write_text('#!/usr/bin/env bash\necho "NVIDIA H100 80GB HBM3"\n')
+    smi.chmod(0o755)
+    python, calls = tmp_path / "python", tmp_path / "calls.txt"
+    python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n')
+    python.chmod(0o755)
+    calls.write_text("")
+    env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls),
+           "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    if any_gpu is not None:
+        env["ANY_GPU"] = any_gpu
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), "suitewarm", "timer"],
+                          env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = calls.read_text()
+    assert "timer_cost.py" in lines
+    assert ("suite_gpu.py" in lines) == (any_gpu == "1")
+    assert ("suitewarm: skipped on this h100" in done.stdout) == (any_gpu is None)
+
+
 def _flashinfer_stage(tmp_path: Path, stage: str, site: Path, *more: str,
                       **env: str) -> tuple[Path, list[str]]:
     """Run stages with a stand-in interpreter that logs each command line and the PYTHONPATH
