@@ -179,15 +179,20 @@ def test_a_loops_flush_buffer_is_made_once_for_all_its_chunks(monkeypatch):
     """The flush buffer and the clock reader serve every chunk of one loop (on the GPU the
     reader's NVML start and a buffer of twice the L2 are not per-chunk costs)."""
     made: list[int] = []
-    real = timing_module._flush_buffer
+    flushed: list[int] = []
+    real, flush = timing_module._flush_buffer, timing_module._flush
     monkeypatch.setattr(timing_module, "_flush_buffer",
                         lambda nbytes, device: made.append(nbytes) or real(nbytes, device))
+    monkeypatch.setattr(timing_module, "_flush",
+                        lambda buffer, i: flushed.append(i) or flush(buffer, i))
     rng = random.Random(2)
     noisy = time_iterations(lambda i: time.sleep(rng.choice((0.0, 0.002))), iterations=40,
                             warmup=1, method="cpu", flush_bytes=64,
                             stop=StopRule(min_iterations=10, chunk=10))
     assert len(noisy.times_ms) > 10  # more than one chunk ran
     assert made == [64]
+    # its flushes numbered on over the chunks: none writes the value the one before it wrote
+    assert flushed == list(range(1 + len(noisy.times_ms)))
 
 
 # -- the signed baseline store -----------------------------------------------------------------

@@ -187,7 +187,7 @@ def time_iterations(run_iteration: Callable[[int], None], iterations: int, warmu
         count = min(stop.chunk, iterations - len(times))
         chunk = _time_fixed(_shifted(run_iteration, offset), count, 0, method, tools,
                             _shifted(before_iteration or _nothing, offset),
-                            _shifted(after_iteration or _nothing, offset))
+                            _shifted(after_iteration or _nothing, offset), offset)
         chunks.append(chunk)
         times += chunk.times_ms
     return _joined(method, chunks)
@@ -243,15 +243,18 @@ class _Tools:
 def _time_fixed(run_iteration: Callable[[int], None], iterations: int, warmup: int,
                 method: str, tools: _Tools,
                 before_iteration: Callable[[int], None] | None,
-                after_iteration: Callable[[int], None] | None = None) -> Timing:
+                after_iteration: Callable[[int], None] | None = None, first: int = 0) -> Timing:
+    """One chunk of a loop; `first` is the loop's index of its first call, which numbers its
+    flushes on from the chunk before (the buffer is the loop's: no flush writes the value the
+    one before it wrote)."""
     before = before_iteration or _nothing
     after = after_iteration or _nothing
     if method == "cpu":
-        return _time_cpu(run_iteration, before, after, iterations, warmup, tools.buffer)
+        return _time_cpu(run_iteration, before, after, iterations, warmup, tools.buffer, first)
     sampler = ClockSampler(tools.reader)
     timers = {"kernel": _time_kernels, "events": _time_events, "graph": _time_graph}
     times, kernels = timers[method](run_iteration, before, after, iterations, warmup,
-                                    tools.buffer, sampler)
+                                    tools.buffer, sampler, first)
     return summarize(method, times, sampler.sm_range(), sampler.mem_range(), kernels)
 
 
@@ -278,12 +281,12 @@ def _flush(buffer: torch.Tensor, i: int) -> None:
 
 def _time_cpu(run: Callable[[int], None], before: Callable[[int], None],
               after: Callable[[int], None], iterations: int, warmup: int,
-              buffer: torch.Tensor | None) -> Timing:
+              buffer: torch.Tensor | None, first: int) -> Timing:
     times = []
     for i in range(warmup + iterations):
         before(i)
         if buffer is not None:
-            _flush(buffer, i)
+            _flush(buffer, first + i)
         start = time.perf_counter()
         run(i)
         elapsed_ms = (time.perf_counter() - start) * 1e3
@@ -295,11 +298,11 @@ def _time_cpu(run: Callable[[int], None], before: Callable[[int], None],
 
 def _time_events(run: Callable[[int], None], before: Callable[[int], None],
                  after: Callable[[int], None], iterations: int, warmup: int, buffer: torch.Tensor,
-                 sampler: ClockSampler) -> tuple[list[float], None]:
+                 sampler: ClockSampler, first: int) -> tuple[list[float], None]:
     times = []
     for i in range(warmup + iterations):
         before(i)
-        _flush(buffer, i)
+        _flush(buffer, first + i)
         torch.cuda.synchronize()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
@@ -317,12 +320,12 @@ def _time_events(run: Callable[[int], None], before: Callable[[int], None],
 
 def _time_graph(run: Callable[[int], None], before: Callable[[int], None],
                 after: Callable[[int], None], iterations: int, warmup: int, buffer: torch.Tensor,
-                sampler: ClockSampler) -> tuple[list[float], None]:
+                sampler: ClockSampler, first: int) -> tuple[list[float], None]:
     """Warm-up runs eagerly (compiles, creates handles); each timed iteration is captured into its
     own graph, with its own inputs, and replayed once."""
     for i in range(warmup):
         before(i)
-        _flush(buffer, i)
+        _flush(buffer, first + i)
         run(i)
         torch.cuda.synchronize()
         after(i)
@@ -330,7 +333,7 @@ def _time_graph(run: Callable[[int], None], before: Callable[[int], None],
     for i in range(warmup, warmup + iterations):
         before(i)
         graph = _capture(run, i)
-        _flush(buffer, i)
+        _flush(buffer, first + i)
         torch.cuda.synchronize()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
@@ -363,7 +366,7 @@ def _capture(run: Callable[[int], None], i: int) -> torch.cuda.CUDAGraph:
 
 def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
                   after: Callable[[int], None], iterations: int, warmup: int, buffer: torch.Tensor,
-                  sampler: ClockSampler) -> tuple[list[float], float]:
+                  sampler: ClockSampler, first: int) -> tuple[list[float], float]:
     from torch.profiler import ProfilerActivity, profile, record_function
 
     token = secrets.token_hex(8)  # a candidate cannot name its own work like the harness's
@@ -375,7 +378,7 @@ def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
             with record_function(setup_range):
                 before(i)
             with record_function(flush_range):
-                _flush(buffer, i)
+                _flush(buffer, first + i)
             torch.cuda.synchronize()
             run(i)
             torch.cuda.synchronize()
