@@ -36,7 +36,7 @@ from solforge.data.workload import Workload
 from solforge.harness import device_lock, handover, phases, protocol, vmm
 from solforge.harness.compare import Comparison, compare_outputs, worst_of
 from solforge.harness.handover import SharedInputs
-from solforge.harness.oracle import ReferenceFailure, ReferenceOracle
+from solforge.harness.oracle import ReferenceFailure, ReferenceOracle, tensor_bytes
 from solforge.harness.seeds import CALL, ROUND, SeedPlan
 from solforge.harness.session import WorkerLost, WorkerSession
 from solforge.measure.timing import METHODS, Timing, TimingError, summarize
@@ -287,7 +287,7 @@ class Judge:
         fewest = self.plan.warmup + (self.plan.min_iterations or self.plan.iterations)
         try:
             first = self.oracle.inputs(self.workload, self.plan.seeds.seed(uuid, CALL, 0))
-            for i in range(1, min(fewest, AHEAD_BYTES // max(_kept_bytes(first), 1))):
+            for i in range(1, min(fewest, AHEAD_BYTES // max(tensor_bytes(first), 1))):
                 self.oracle.inputs(self.workload, self.plan.seeds.seed(uuid, CALL, i))
         except Exception as exc:
             raise InputFailure(f"making the inputs of the timed calls failed: "
@@ -330,7 +330,7 @@ class Judge:
     def _check_timed(self, loop: _Loop, i: int, seed: int, values: list[Any]) -> None:
         """A chosen timed output: kept for later while the kept ones fit in HELD_BYTES (with
         the inputs the oracle keeps for their reference), else compared now."""
-        size = _kept_bytes(values) + self.oracle.kept_bytes(self.workload, seed)
+        size = tensor_bytes(values) + self.oracle.kept_bytes(self.workload, seed)
         if loop.held_bytes + size <= HELD_BYTES:
             loop.held.append((i, seed, values))
             loop.held_bytes += size
@@ -504,11 +504,6 @@ def reproducible_inputs(workload: Workload) -> bool:
     problem's own custom_inputs code may draw from anything (Python's random, the clock), so
     those go as a seed only once the oracle finds them repeatable."""
     return all(source.kind != "custom" for source in workload.inputs.values())
-
-
-def _kept_bytes(values: list[Any]) -> int:
-    """Device or host bytes of the tensors among `values`."""
-    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 def _output_bytes(oracle: ReferenceOracle, workload: Workload) -> int:

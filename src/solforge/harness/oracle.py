@@ -12,6 +12,7 @@ workload's verdict is in); each seed's reference is computed once and cached.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -68,8 +69,7 @@ class ReferenceOracle:
 
     def kept_bytes(self, workload: Workload, seed: int) -> int:
         """The bytes of the tensors kept as `seed`'s inputs (0 when none are kept)."""
-        return sum(v.numel() * v.element_size() for v in self._inputs.get((workload.uuid, seed), ())
-                   if isinstance(v, torch.Tensor))
+        return tensor_bytes(self._inputs.get((workload.uuid, seed), ()))
 
     def forget(self, workload: Workload, seed: int) -> None:
         """Drop the inputs of a seed whose outputs will not be compared."""
@@ -117,6 +117,11 @@ class ReferenceOracle:
         except Exception as exc:
             raise ReferenceFailure(f"reference raised {describe_exception(exc)}") from None
         return values
+
+
+def tensor_bytes(values: Iterable[Any]) -> int:
+    """The bytes of the tensors among `values` (numbers count nothing)."""
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 def same_bits(a: Any, b: Any) -> bool:
