@@ -20,11 +20,13 @@ _FOREVER = 1e9
 
 
 def _prewarm() -> None:
-    """What every worker does first anyway: Triton, the CUDA context, a first kernel and the
-    profiler's start (no candidate exists yet, so the guards' later snapshot sees this as the
-    harness's own state; the worker's own warm-up then finds it all done)."""
+    """What every worker does first anyway: Triton, the CUDA context, a first kernel, Triton's
+    cache keys (jit_keys.py) and the profiler's start (no candidate exists yet, so the guards'
+    later snapshot sees this as the harness's own state; the worker's own warm-up then finds it
+    all done)."""
     import torch
 
+    from solforge.harness import jit_keys
     from solforge.measure.timing import time_iterations
 
     if os.environ.get(PREWARM_ENV) != "1":
@@ -35,6 +37,8 @@ def _prewarm() -> None:
     if torch.cuda.is_available():
         torch.randn(1 << 16, device="cuda").sum()
         startup.mark("cuda")
+        jit_keys.compute()
+        startup.mark("jit_keys")
         time_iterations(lambda i: None, iterations=1, warmup=0, method="kernel")
         startup.mark("profiler")
 

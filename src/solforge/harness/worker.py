@@ -41,7 +41,7 @@ import torch
 from solforge.data.dtypes import storage_shape
 from solforge.data.trace import Status
 from solforge.data.workload import Workload
-from solforge.harness import handover, protocol, signals, startup, vmm
+from solforge.harness import handover, jit_keys, protocol, signals, startup, vmm
 from solforge.harness.area import TO_DRIVER, TO_WORKER, Area
 from solforge.harness.channel import Frame, FrameReader, FrameWriter
 from solforge.harness.guards import Guards, Violation
@@ -164,8 +164,11 @@ class Worker:
 
     def _warm_up_harness(self) -> None:
         """Start what the harness itself starts lazily (profiler, thread pools, CUDA context), so
-        the guards' baselines and the first timed call see none of it."""
+        the guards' baselines and the first timed call see none of it; on a GPU, compute
+        Triton's cache keys too (jit_keys.py), which the candidate's first call would."""
         torch.randn(1 << 16, device=self.device).sum()
+        if self.device.type == "cuda" and "triton" in sys.modules:
+            jit_keys.compute()
         time_iterations(lambda i: None, iterations=1, warmup=0, method=self.config.timing_method,
                         flush_bytes=self.config.flush_bytes)
         if self.config.role == protocol.CANDIDATE and "torch._dynamo" in self.config.preload:
