@@ -65,6 +65,7 @@ from solforge.harness.baseline import BaselineCache, export_baselines  # noqa: E
 from solforge.harness.phases import format_table, merge  # noqa: E402
 from solforge.problem.suite import bundled_problem_dirs, open_problem  # noqa: E402
 from solforge.runners import TaskResult, open_runner  # noqa: E402
+from solforge.runners.local import spares_per_slot  # noqa: E402
 from solforge.storage import open_store  # noqa: E402
 
 # Four problems, three template families (row norms, activations, RoPE); the fourth came after
@@ -325,6 +326,7 @@ def write_record(call: Call, old: dict[str, Any] | None, now: dict[str, Any] | N
         "gpu_seconds_per_candidate": now and now[_STATISTIC[call.per_gpu > 1]],
         "per_candidate_statistic": _STATISTIC[call.per_gpu > 1],
         "per_gpu": call.per_gpu,
+        "spares_per_slot": spares_per_slot(call.device, call.per_gpu),
         "candidates": now and now["candidates"],
         "suite_cold_minutes": sampled and sampled["cold_minutes"],
         "suite_warm_minutes": sampled and sampled["warm_minutes"],

@@ -608,3 +608,19 @@ def test_a_unit_submitted_first_goes_ahead_of_those_waiting(monkeypatch):
         runner.submit(EvalTask(SMALL, config, baseline="eager", key=key))
     runner.submit(EvalTask(SMALL, config, baseline="eager", key="c"), first=True)
     assert [result.task.key for result in runner.results()] == ["a", "c", "b"]
+
+
+def test_spares_per_slot_default_and_override(monkeypatch):
+    """A GPU's two spares are shared among its slots unless SOLFORGE_SPARES_AHEAD says how
+    many each slot keeps; a count that is not a small whole number is refused, naming it."""
+    monkeypatch.delenv(local.SPARES_ENV, raising=False)
+    assert [local.spares_per_slot("cuda", n) for n in (1, 2, 3)] == [2, 1, 1]
+    assert local.spares_per_slot("cpu", 1) == 1
+    monkeypatch.setenv(local.SPARES_ENV, "3")
+    assert local.spares_per_slot("cuda", 3) == 3
+    monkeypatch.setenv(local.SPARES_ENV, "0")
+    assert local.spares_per_slot("cuda", 1) == 0
+    for bad in ("two", "-1", "9", "1.5"):
+        monkeypatch.setenv(local.SPARES_ENV, bad)
+        with pytest.raises(SolforgeError, match="SOLFORGE_SPARES_AHEAD"):
+            local.spares_per_slot("cuda", 3)

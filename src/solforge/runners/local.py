@@ -23,7 +23,7 @@ and pre-spawn their harness workers on the CPU, so the slot's next unit starts a
 worker is prepared for the problem and configuration of the unit just started on that slot (the
 pool hands a worker only to a run of the same sandbox policy). A spare serves one unit, like a
 fresh process (`SOLFORGE_WORKER_POOL=0` turns spares off). Slots that share a GPU keep one
-spare each.
+spare each; `SOLFORGE_SPARES_AHEAD=N` gives every slot N instead.
 """
 
 from __future__ import annotations
@@ -76,6 +76,8 @@ BASELINES_AHEAD = 2  # torch.compile baselines compiled ahead at once (prebuilt.
 # 8 s (H200, 2026-12-01): with one spare every other unit waited for it. Two on a GPU; one per
 # core on the CPU, whose units are slower and whose cores the spares would take.
 SPARES_AHEAD = {"cuda": 2, "cpu": 1}
+SPARES_ENV = "SOLFORGE_SPARES_AHEAD"  # spares per slot instead (0 to MAX_SPARES), for one run
+MAX_SPARES = 4
 MAX_PER_GPU = 8  # units sharing one GPU (device_lock.py); each holds two CUDA contexts
 STOP_GRACE_S = 5.0  # after SIGTERM, a unit has this long to end its candidate's processes
 LOG_TAIL_CHARS = 2000
@@ -163,6 +165,23 @@ def cpu_slots(workers: int | None) -> list[Slot]:
     return [Slot(f"cpu:{n}", threads) for n in range(count)]
 
 
+def spares_per_slot(device_type: str, per_gpu: int) -> int:
+    """Spare unit processes each slot keeps ahead: SPARES_ENV's count where it is set, else
+    SPARES_AHEAD's for the device, shared among the slots of one GPU (at least one each).
+
+    Shared, a slot's spare has one unit's time to get ready. On an H100 with 3 units (2026-12-05)
+    the driver still waited about 2.7 s a candidate for its worker's start, 2.1 s of it in
+    CUPTI's first session: SPARES_ENV lets a run give each slot more lead and measure it."""
+    given = os.environ.get(SPARES_ENV, "").strip()
+    if not given:
+        shared = SPARES_AHEAD[device_type]
+        return shared if per_gpu == 1 else max(1, shared // per_gpu)
+    if not given.isdigit() or int(given) > MAX_SPARES:
+        raise SolforgeError(f"{SPARES_ENV}={given!r}: give the spare units per slot as a whole "
+                            f"number from 0 to {MAX_SPARES}")
+    return int(given)
+
+
 class LocalRunner(TaskRunner):
     def __init__(self, device: str, workers: int | None = None,
                  retries: int = DEFAULT_RETRIES, per_gpu: int = 1) -> None:
@@ -172,6 +191,7 @@ class LocalRunner(TaskRunner):
         if per_gpu > 1 and requested.type != "cuda":
             raise SolforgeError(f"--per-gpu {per_gpu} is for GPUs; on the CPU each unit has a "
                                 "core (--workers)")
+        spares_ahead = spares_per_slot(requested.type, per_gpu)
         self._folder = Path(tempfile.mkdtemp(prefix="solforge-units-"))  # mode 0700
         try:
             self._slots = (gpu_slots(requested, workers, per_gpu, self._folder / "locks")
@@ -182,9 +202,7 @@ class LocalRunner(TaskRunner):
         super().__init__(describe_machine(device), len(self._slots), retries,
                          in_flight=len(self._slots))
         self._free = list(range(len(self._slots)))
-        # A GPU's spares are started ahead for it, not for each of its slots
-        self._spares_ahead = (SPARES_AHEAD[requested.type] if per_gpu == 1
-                              else max(1, SPARES_AHEAD[requested.type] // per_gpu))
+        self._spares_ahead = spares_ahead
         self._ended: queue.Queue[int] = queue.Queue()
         self._units: dict[int, RunningUnit] = {}
         self._spares: dict[int, list[Spare]] = {}  # slot -> its spares, oldest first
