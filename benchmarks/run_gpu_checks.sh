@@ -51,6 +51,9 @@
 #           timer        where the timer's share of a timed loop goes, per call: flush and
 #                        synchronizations, a clock sample, a profiler session, whole loops
 #                        (benchmarks/timer_cost.py, about 20 s; OUTDIR/timer-cost.json)
+#           compare      what one output comparison costs the driver alone on the GPU, per
+#                        workload of the throughput search's problems, and its kernels
+#                        (benchmarks/compare_cost.py, about 30 s; OUTDIR/compare-cost.json)
 #           gap          whether a kernel-only time carries the GPU's idle gap before the launch
 #                        (benchmarks/hgemm_gap_probe.py; issue 15's benchmark bias, about 20 s)
 #           launch       host microseconds per HGEMM launch: solforge's Python, Triton's dispatch
@@ -295,6 +298,10 @@ stage_timer() {
     "$python" benchmarks/timer_cost.py -o "$out/timer-cost.json" 2>&1 | tee "$out/timer.log"
 }
 
+stage_compare() {
+    "$python" benchmarks/compare_cost.py -o "$out/compare-cost.json" 2>&1 | tee "$out/compare.log"
+}
+
 stage_gap() {
     "$python" benchmarks/hgemm_gap_probe.py -o "$out/hgemm-gap-probe.json" 2>&1 \
         | tee "$out/gap.log"
@@ -408,6 +415,7 @@ for stage in "${stages[@]}"; do
         sandbox) run_stage sandbox sandbox-cost.json stage_sandbox ;;
         floor) run_stage floor launch-floor.json stage_floor ;;
         timer) run_stage timer timer-cost.json stage_timer ;;
+        compare) run_stage compare compare-cost.json stage_compare ;;
         gap) run_stage gap hgemm-gap-probe.json stage_gap ;;
         variants) run_stage variants variants.json stage_variants ;;
         examples) on_an_h200 examples && run_stage examples "" stage_examples ;;

@@ -498,3 +498,18 @@ def test_timer_cost_says_it_needs_a_gpu_and_writes_nothing(tmp_path, run_here):
     done = run_here(REPO / "benchmarks" / "timer_cost.py", "-o", str(out), check=False)
     assert done.returncode == 1 and "needs a CUDA GPU" in done.stderr
     assert not out.exists()
+
+
+def test_compare_cost_times_every_workload_of_a_problem(tmp_path, run_here):
+    """CPU mode times the same comparison on each workload's real outputs (no kernels to
+    count there); a GPU call adds the kernels one comparison launches."""
+    out = tmp_path / "compare-cost.json"
+    run_here(REPO / "benchmarks" / "compare_cost.py", "--device", "cpu", "--repeats", "2",
+             "l1/moe_topk_router_qwen3_30b_a3b", "-o", str(out))
+    record = json.loads(out.read_text())
+    from solforge.problem import open_problem
+
+    problem = open_problem("l1/moe_topk_router_qwen3_30b_a3b")
+    assert [r["workload"] for r in record["rows"]] == [w.uuid for w in problem.workloads]
+    assert all(r["ms_median"] > 0 and r["kernels"] is None for r in record["rows"])
+    assert record["environment"]["hardware"].startswith("CPU")

@@ -136,11 +136,12 @@ def test_the_h200s_stages_skip_another_gpu_unless_told(tmp_path, any_gpu):
            "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
     if any_gpu is not None:
         env["ANY_GPU"] = any_gpu
-    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), "suitewarm", "timer"],
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), "suitewarm", "timer",
+                           "compare"],
                           env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = calls.read_text()
-    assert "timer_cost.py" in lines
+    assert "timer_cost.py" in lines and "compare_cost.py" in lines
     assert ("suite_gpu.py" in lines) == (any_gpu == "1")
     assert ("suitewarm: skipped on this h100" in done.stdout) == (any_gpu is None)
 

@@ -92,17 +92,24 @@ def _compare_one(name: str, out: Any, ref: Any, tolerance: Tolerance) -> Compari
                           f"has {ref_flat.numel()}")
     tally = _Tally()
     for start in range(0, ref_flat.numel(), _CHUNK):
-        ref64 = ref_flat[start:start + _CHUNK].to(torch.float64)
-        out64 = out_flat[start:start + _CHUNK].to(ref64.device, torch.float64)
-        tally = tally + _tally(out64, ref64, tolerance)
+        ref_part = ref_flat[start:start + _CHUNK]
+        out_part = out_flat[start:start + _CHUNK]
+        tally = tally + _tally(_reductions(out_part, ref_part, tolerance))
     return _verdict(name, tally, tolerance)
 
 
-def _tally(out64: torch.Tensor, ref64: torch.Tensor, tolerance: Tolerance) -> _Tally:
-    """What one slice holds, read back in one transfer: on a GPU each `bool()` or `float()` of
-    a reduction waits for the device (the H200's comparisons took 0.55 s of an optimizer
-    candidate's 5.9 s with nine such waits and a masked copy per slice, 2026-12-02). Excused
-    elements (shared -infs) count nowhere."""
+def _reductions(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> list[float]:
+    """The nine reductions of one slice (see `_tally`), read back in one transfer: on a GPU
+    each `bool()` or `float()` of a reduction waits for the device (the H200's comparisons
+    took 0.55 s of an optimizer candidate's 5.9 s with nine such waits and a masked copy per
+    slice, 2026-12-02). Float outputs on a GPU take compare_kernel.py's one pass; the rest
+    the float64 tensors here. Excused elements (shared -infs) count nowhere."""
+    floor = max(tolerance.max_atol, torch.finfo(torch.float64).tiny)
+    if ref.is_cuda and _kernel().eligible(out, ref):
+        return _kernel().tally(out, ref, tolerance.max_atol, tolerance.max_rtol, floor,
+                                    tolerance.allow_negative_inf)
+    ref64 = ref.to(torch.float64)
+    out64 = out.to(ref64.device, torch.float64)
     both_neg_inf = (out64 == -torch.inf) & (ref64 == -torch.inf)
     excused = both_neg_inf if tolerance.allow_negative_inf else torch.zeros_like(both_neg_inf)
     kept = ~excused
@@ -110,13 +117,25 @@ def _tally(out64: torch.Tensor, ref64: torch.Tensor, tolerance: Tolerance) -> _T
     error = torch.where(kept, (out64 - ref64).abs(), 0.0)
     bound = tolerance.max_atol + tolerance.max_rtol * magnitude
     # Relative to |ref|, floored at atol (and above zero, so exact comparisons give 0, not 0/0).
-    floor = max(tolerance.max_atol, torch.finfo(torch.float64).tiny)
     relative = torch.where(kept, error / magnitude.clamp(min=floor), 0.0)
-    found = torch.stack([
+    return torch.stack([
         (~(torch.isfinite(ref64) | excused)).any(), torch.isnan(out64).any(),
         (torch.isinf(out64) & kept).any(), kept.sum(), ((error <= bound) & kept).sum(),
         error.max(), relative.max(), ((ref64 != 0) & kept).any(), ((out64 != 0) & kept).any(),
     ]).tolist()
+
+
+def _kernel() -> Any:
+    """compare_kernel.py, imported on a GPU's first comparison (it imports Triton)."""
+    from solforge.harness import compare_kernel
+
+    return compare_kernel
+
+
+def _tally(found: list[float]) -> _Tally:
+    """One slice's tally from its reductions: [reference NaN/Inf (not excused), output NaN,
+    output Inf, elements kept, kept within the bound, largest absolute error, largest
+    relative error, reference non-zero, output non-zero]."""
     ref_bad, has_nan, has_inf = (bool(flag) for flag in found[:3])
     if ref_bad or has_nan or has_inf:
         return _Tally(ref_bad, has_nan, has_inf)

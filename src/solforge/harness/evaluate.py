@@ -410,6 +410,18 @@ class EvaluationRun:
                 store.write([{"key": key, **asdict(found)}])
             return found
 
+    def warm_comparisons(self) -> int:
+        """Make the comparison's GPU kernel ready for this run's outputs (compare_kernel.py):
+        a spare unit does it while it waits, so that no comparison under the GPU's shared lock
+        compiles it or hashes Triton. The kernel variants made (0 off a GPU)."""
+        if self.device.type != "cuda":
+            return 0
+        from solforge.harness import compare_kernel
+
+        dtypes = {spec.dtype.torch_dtype for spec in self.problem.definition.outputs.values()}
+        rules = {workload.tolerance.allow_negative_inf for workload in self.workloads}
+        return compare_kernel.warm_up(dtypes, rules, self.device)
+
     def stored_reference_traces(self, kind: str) -> list[Trace] | None:
         """The traces of baseline `kind` on every selected workload from the baseline store,
         or None when one is missing: a warm bench times no baseline again."""

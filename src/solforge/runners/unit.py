@@ -88,10 +88,11 @@ def wait_for_task(device_type: str, like: Path | None = None) -> tuple[Path, Pat
 
 def prepare_like(task_file: Path) -> bool:
     """Start the harness worker that a unit of the same problem and configuration as the task
-    in `task_file` takes first (keyed like the one `evaluate` takes, see harness/pool.py), and
+    in `task_file` takes first (keyed like the one `evaluate` takes, see harness/pool.py),
     read the stores that unit will read (T_SOL, the baselines: kept in this process, read again
-    only if they change). False, with the reason on stderr, when that task cannot be read: the
-    next unit then starts its worker itself, as without a spare."""
+    only if they change) and make its comparison kernel ready. False, with the reason on
+    stderr, when that task cannot be read: the next unit then starts its worker itself, as
+    without a spare."""
     from solforge.harness.evaluate import EvaluationRun
 
     try:
@@ -105,6 +106,7 @@ def prepare_like(task_file: Path) -> bool:
         for workload in run.workloads:
             run.speed_of_light(workload)
         run.missing_baselines()
+        run.warm_comparisons()
     return True
 
 
