@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from script_common import log, recorded_environment  # noqa: E402
 
 from solforge.data.dtypes import storage_shape  # noqa: E402
-from solforge.harness import compare_kernel  # noqa: E402
+from solforge.harness import compare, compare_kernel  # noqa: E402
 from solforge.harness.compare import compare_outputs  # noqa: E402
 from solforge.problem import open_problem  # noqa: E402
 from solforge.problem.problem import Problem, tensor_shape  # noqa: E402
@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> None:
             for row in measure(open_problem(address), device, args.repeats)]
     record = {"what": "ms per output comparison (harness/compare.py), alone on the device",
               "environment": recorded_environment(args.device), "repeats": args.repeats,
+              "one_pass_trusted": device.type == "cuda" and compare.one_pass_trusted(device),
               "rows": rows,
               "ms_median_over_workloads": statistics.median(r["ms_median"] for r in rows)}
     text = json.dumps(record, indent=1) + "\n"

@@ -77,6 +77,8 @@ for (name, out, ref), tolerance in ((c, t) for c in cases() for t in tolerances)
         raise SystemExit(f"{name}, {tolerance}: kernel {fused} != torch {plain}")
     checked += 1
 print("checked", checked)
+from solforge.harness import compare
+print("trusted", compare.one_pass_trusted(torch.device(device)))
 print("warmed", compare_kernel.warm_up({torch.bfloat16, torch.float32, torch.int64}, {True},
                                        torch.device(device)))
 '''
@@ -94,6 +96,7 @@ def test_the_kernel_in_triton_interpreter_matches_the_float64_torch_path():
            "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
     found = _run_cases("cpu", env)
     assert "checked 152" in found
+    assert "trusted True" in found  # the first use's own check passes
     assert "warmed 4" in found  # two lengths for each float dtype; integers never take it
 
 
@@ -101,7 +104,8 @@ def test_the_kernel_in_triton_interpreter_matches_the_float64_torch_path():
 def test_on_the_gpu_the_compiled_kernel_matches_the_float64_torch_path():
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
-    assert "checked 152" in _run_cases("cuda", env)
+    found = _run_cases("cuda", env)
+    assert "checked 152" in found and "trusted True" in found
 
 
 def test_only_float_tensors_of_one_gpu_take_the_kernel():
@@ -146,3 +150,38 @@ def test_the_kernel_compiles_for_hopper_without_fused_multiply_adds():
     built = [line.split() for line in lines if line.startswith("*")]
     assert len(built) == 8
     assert all(row[2] == "True" and row[3] == "0" for row in built), built
+
+
+class _FakeKernel:
+    """A stand-in for compare_kernel: takes every slice, and answers wrong or fails."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def eligible(self, out, ref):
+        return True
+
+    def tally(self, *args):
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+@pytest.mark.parametrize("answer", [[0.0] * 9, RuntimeError("launch failed")])
+def test_a_kernel_that_disagrees_or_fails_on_its_check_is_never_used(monkeypatch, capsys,
+                                                                      answer):
+    monkeypatch.setattr(compare, "_kernel", lambda: _FakeKernel(answer))
+    monkeypatch.setattr(compare, "_ONE_PASS_TRUSTED", {})
+    assert compare.one_pass_trusted(torch.device("cpu")) is False
+    assert "use the float64 torch path" in capsys.readouterr().err
+    values = torch.arange(4, dtype=torch.float32)
+    assert compare._one_pass(values, values, compare.Tolerance()) is None
+
+
+def test_a_trusted_kernel_that_fails_later_hands_over_to_the_float64_path(monkeypatch, capsys):
+    monkeypatch.setattr(compare, "_kernel", lambda: _FakeKernel(RuntimeError("out of memory")))
+    monkeypatch.setattr(compare, "_ONE_PASS_TRUSTED", {torch.device("cpu"): True})
+    values = torch.arange(4, dtype=torch.float32)
+    assert compare._one_pass(values, values, compare.Tolerance()) is None
+    assert compare._ONE_PASS_TRUSTED[torch.device("cpu")] is False
+    assert "out of memory" in capsys.readouterr().err

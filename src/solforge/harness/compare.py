@@ -14,6 +14,7 @@ Per output, in this order (SOL-ExecBench docs/workload.md semantics):
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -104,10 +105,17 @@ def _reductions(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> l
     took 0.55 s of an optimizer candidate's 5.9 s with nine such waits and a masked copy per
     slice, 2026-12-02). Float outputs on a GPU take compare_kernel.py's one pass; the rest
     the float64 tensors here. Excused elements (shared -infs) count nowhere."""
-    floor = max(tolerance.max_atol, torch.finfo(torch.float64).tiny)
-    if ref.is_cuda and _kernel().eligible(out, ref):
-        return _kernel().tally(out, ref, tolerance.max_atol, tolerance.max_rtol, floor,
-                                    tolerance.allow_negative_inf)
+    if ref.is_cuda:
+        found = _one_pass(out, ref, tolerance)
+        if found is not None:
+            return found
+    return _float64_reductions(out, ref, tolerance)
+
+
+def _float64_reductions(out: torch.Tensor, ref: torch.Tensor,
+                        tolerance: Tolerance) -> list[float]:
+    """The nine reductions by torch's kernels on float64 copies of the slice."""
+    floor = _floor(tolerance)
     ref64 = ref.to(torch.float64)
     out64 = out.to(ref64.device, torch.float64)
     both_neg_inf = (out64 == -torch.inf) & (ref64 == -torch.inf)
@@ -116,7 +124,7 @@ def _reductions(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> l
     magnitude = ref64.abs()
     error = torch.where(kept, (out64 - ref64).abs(), 0.0)
     bound = tolerance.max_atol + tolerance.max_rtol * magnitude
-    # Relative to |ref|, floored at atol (and above zero, so exact comparisons give 0, not 0/0).
+    # Relative to |ref|, floored (`_floor`).
     relative = torch.where(kept, error / magnitude.clamp(min=floor), 0.0)
     return torch.stack([
         (~(torch.isfinite(ref64) | excused)).any(), torch.isnan(out64).any(),
@@ -125,11 +133,75 @@ def _reductions(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> l
     ]).tolist()
 
 
+def _floor(tolerance: Tolerance) -> float:
+    """The relative error's denominator floor: atol, and above zero (exact comparisons give
+    0, not 0/0)."""
+    return max(tolerance.max_atol, torch.finfo(torch.float64).tiny)
+
+
 def _kernel() -> Any:
     """compare_kernel.py, imported on a GPU's first comparison (it imports Triton)."""
     from solforge.harness import compare_kernel
 
     return compare_kernel
+
+
+_ONE_PASS_TRUSTED: dict[torch.device, bool] = {}  # per device, for this process
+
+
+def one_pass_trusted(device: torch.device) -> bool:
+    """Whether compare_kernel.py's pass is used on `device`: on its first use in a process it
+    must give exactly what the float64 path gives on a few slices (noise, NaN, Inf, shared
+    -inf, two dtypes, two tolerances); if it differs or fails, every comparison on that device
+    takes the float64 path, and a line on stderr says why."""
+    if device not in _ONE_PASS_TRUSTED:
+        try:
+            agrees = _one_pass_agrees(_kernel(), device)
+            reason = "it disagreed with the float64 path on a known slice"
+        except Exception as exc:  # a kernel that cannot run never decides a verdict
+            agrees, reason = False, f"{type(exc).__name__}: {exc}"
+        _ONE_PASS_TRUSTED[device] = agrees
+        if not agrees:
+            print(f"solforge: comparisons on {device} use the float64 torch path: the one-pass "
+                  f"kernel is off ({reason})", file=sys.stderr)
+    return _ONE_PASS_TRUSTED[device]
+
+
+def _one_pass(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> list[float] | None:
+    """compare_kernel.py's reductions where it takes the slice and is trusted on its device;
+    None leaves the slice to the float64 path (as does a failure, which turns it off)."""
+    kernel = _kernel()
+    if not kernel.eligible(out, ref) or not one_pass_trusted(ref.device):
+        return None
+    try:
+        return kernel.tally(out, ref, tolerance.max_atol, tolerance.max_rtol, _floor(tolerance),
+                            tolerance.allow_negative_inf)
+    except Exception as exc:
+        _ONE_PASS_TRUSTED[ref.device] = False
+        print(f"solforge: comparisons on {ref.device} use the float64 torch path from now on: "
+              f"the one-pass kernel failed ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
+
+
+def _one_pass_agrees(kernel: Any, device: torch.device) -> bool:
+    generator = torch.Generator().manual_seed(11)
+    ref = torch.randn(4099, generator=generator, dtype=torch.float64)
+    out = ref + 0.02 * torch.randn(4099, generator=generator, dtype=torch.float64)
+    ref[[5, 4000]] = out[[5, 4000]] = -math.inf  # shared -infs
+    poisoned = out.clone()
+    poisoned[[17, 2049]] = torch.tensor([math.nan, math.inf], dtype=torch.float64)
+    tolerances = (Tolerance(), Tolerance(max_atol=0.0, max_rtol=0.05, allow_negative_inf=True))
+    for dtype in (torch.bfloat16, torch.float32):
+        for candidate in (out, poisoned):
+            for tolerance in tolerances:
+                plain = _float64_reductions(candidate.to(dtype), ref.to(dtype), tolerance)
+                fused = kernel.tally(candidate.to(device, dtype), ref.to(device, dtype),
+                                     tolerance.max_atol, tolerance.max_rtol, _floor(tolerance),
+                                     tolerance.allow_negative_inf)
+                ends = any(plain[:3])  # a NaN or Inf ends it: the maxima then say nothing
+                if fused[:3] != plain[:3] or (not ends and fused != plain):
+                    return False
+    return True
 
 
 def _tally(found: list[float]) -> _Tally:

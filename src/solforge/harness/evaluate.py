@@ -42,7 +42,7 @@ from solforge.data.workload import Workload
 from solforge.defaults import resolve_device, resolve_profile
 from solforge.errors import SolforgeError
 from solforge.failures import failure_cause
-from solforge.harness import compile_ahead, protocol
+from solforge.harness import compare, compile_ahead, protocol
 from solforge.harness.baseline import (
     BASELINES,
     KINDS,
@@ -414,7 +414,7 @@ class EvaluationRun:
         """Make the comparison's GPU kernel ready for this run's outputs (compare_kernel.py):
         a spare unit does it while it waits, so that no comparison under the GPU's shared lock
         compiles it or hashes Triton. The kernel variants made (0 off a GPU)."""
-        if self.device.type != "cuda":
+        if self.device.type != "cuda" or not compare.one_pass_trusted(self.device):
             return 0
         from solforge.harness import compare_kernel
 
