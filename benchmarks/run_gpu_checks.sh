@@ -18,21 +18,21 @@
 #                        (benchmarks/sharing_fidelity.py, OUTDIR/sharing/
 #                        TAG-sharing-fidelity.json; resumable from OUTDIR/sharing)
 #           suite        the bundled suite and its shipped solutions (issue 5; goes on from
-#                        the committed benchmarks/results/h200-suite.db.gz, or SUITE_STORE,
-#                        and leaves OUTDIR/suite/h200-suite.db.gz to commit)
+#                        the committed benchmarks/results/TAG-suite.db.gz, or SUITE_STORE,
+#                        and leaves OUTDIR/suite/TAG-suite.db.gz to commit)
 #                        (SUITE_PER_GPU=N, here and in suitewarm: N units share the GPU, see
 #                        sharing; each call's N is in the calls ledger)
 #           suitewarm    issue 13's suite_warm_minutes measured, not extrapolated: the whole
 #                        suite benched into a results store of its own with the committed
-#                        baselines imported (suite_gpu.py --name h200-warm: only the shipped
+#                        baselines imported (suite_gpu.py --name TAG-warm: only the shipped
 #                        solutions are timed, and any baseline the committed file lacks); the
 #                        bench seconds of each call are summed in OUTDIR/suitewarm/
-#                        h200-warm-suite-time.json; goes on from the committed
-#                        h200-warm-suite.db.gz (or WARM_STORE) and h200-warm-suite-calls.jsonl
+#                        TAG-warm-suite-time.json; goes on from the committed
+#                        TAG-warm-suite.db.gz (or WARM_STORE) and TAG-warm-suite-calls.jsonl
 #           forge        template search over 24 L1/L2 problems and its goal (issue 6; goes
-#                        on from the committed h200-forge.db.gz, h200-forge.jsonl and
-#                        h200-forge-cuts.jsonl, or FORGE_STORE, and leaves
-#                        OUTDIR/forge/h200-forge.db.gz to commit; FORGE_COMPOSE=1 adds a
+#                        on from the committed TAG-forge.db.gz, TAG-forge.jsonl and
+#                        TAG-forge-cuts.jsonl, or FORGE_STORE, and leaves
+#                        OUTDIR/forge/TAG-forge.db.gz to commit; FORGE_COMPOSE=1 adds a
 #                        per-shape composite to the problems already finished instead of
 #                        searching: forge_gpu.py --compose, and FORGE_SEEDS=1 with it judges
 #                        the templates' seeds the archive lacks first (--seeds);
@@ -62,11 +62,11 @@
 #           examples     the public example solutions in $EXAMPLES (folders, space-separated:
 #                        SOL-ExecBench's examples/ and FlashInfer-Bench's examples/), built
 #                        and judged (benchmarks/examples_gpu.py; goes on from the committed
-#                        benchmarks/results/h200-examples.json; EXAMPLES_AGAIN="TEXT ..."
+#                        benchmarks/results/TAG-examples.json; EXAMPLES_AGAIN="TEXT ..."
 #                        judges again the examples whose key contains a TEXT)
 #           libraries    the library baselines (cuDNN SDPA, cuBLASLt, FlashInfer) of the
 #                        problems that map to one (benchmarks/library_baselines_gpu.py; goes
-#                        on from the committed benchmarks/results/h200-library-baselines.json;
+#                        on from the committed benchmarks/results/TAG-library-baselines.json;
 #                        LIBRARIES_AGAIN="TEXT ..." judges again the recorded problems whose
 #                        address contains a TEXT; a problem still running after
 #                        LIBRARY_LIMIT_S seconds, default 300, is stopped and recorded as
@@ -87,9 +87,12 @@
 #                        compiled ahead, then with it) and warm (benchmarks/eval_phases.py)
 #           ipc          CUDA IPC between uids (benchmarks/cuda_ipc_probe.py; run as root)
 #
-# throughput, suite, suitewarm, forge, hgemm, examples and libraries go on from and write the
-# H200's stores and files (h200-*): on another GPU (nvidia-smi's name) they are skipped, unless
-# ANY_GPU=1 (a call that names no machine kind can get an H100).
+# Files and stores are named by the GPU's model (TAG: h200, h100; nvidia-smi's name, h200 where
+# it cannot say). throughput, suite, suitewarm, forge, hgemm, examples and libraries go on from
+# and write the H200's (h200-*): on another GPU they are skipped, unless ANY_GPU=1 (a call that
+# names no machine kind can get an H100), and then each goes on from and writes that GPU's own
+# (h100-*: never the H200's store with another GPU's times in it); hgemm, whose table is the
+# H200's, and a suite without that GPU's launch floor (the floor stage first) stay skipped.
 # HARNESS_PARTS (default: all) picks the parts of benchmarks/harness_gpu.py the harness stage runs.
 #
 # A stage whose result file is already in OUTDIR is skipped, so a run cut short by a time limit
@@ -99,7 +102,7 @@
 # and flashinfer are long: they work until their deadline and the next call of the same stage
 # goes on from its store. The stages
 # that time baselines (suite, forge, examples, libraries) start from the committed
-# benchmarks/results/h200-baselines.json and export the store to OUTDIR/h200-baselines.json when
+# benchmarks/results/TAG-baselines.json and export the store to OUTDIR/TAG-baselines.json when
 # they end (throughput keeps its own store and export).
 # Works from a source checkout without installing: src/ goes on PYTHONPATH.
 set -uo pipefail
@@ -113,6 +116,14 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 python=${PYTHON:-python3}
 
+gpu_tag() {  # h200, h100: the GPU's model, naming the files (h200 if unknown)
+    local model
+    model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 \
+        | grep -o 'H[0-9][0-9][0-9]' | head -n 1)
+    echo "${model:-H200}" | tr 'H' 'h'
+}
+
+tag=$(gpu_tag)
 call_deadline=${DEADLINE_S:-540}
 min_stage=${MIN_STAGE_S:-30}
 
@@ -154,7 +165,7 @@ stage_tests() {
 }
 
 stage_calibrate() {
-    "$python" -m solforge calibrate -o "$out/h200-measured.json" 2>&1 | tee "$out/calibrate.log"
+    "$python" -m solforge calibrate -o "$out/$tag-measured.json" 2>&1 | tee "$out/calibrate.log"
 }
 
 stage_harness() {
@@ -162,48 +173,44 @@ stage_harness() {
     "$python" benchmarks/harness_gpu.py "$out" ${HARNESS_PARTS:-} 2>&1 | tee -a "$out/harness.log"
 }
 
-import_baselines() {  # [--cache-dir DIR]: the committed H200 baselines, so a fresh machine starts warm
-    local file=benchmarks/results/h200-baselines.json
+import_baselines() {  # [--cache-dir DIR]: this GPU's committed baselines, so a fresh machine starts warm
+    local file=benchmarks/results/$tag-baselines.json
     [ -f "$file" ] || return 0
     "$python" -m solforge baselines import "$file" "$@" || echo "(baselines not imported)"
 }
 
 export_baselines() {  # what the default store holds now (the committed ones and those measured
-    # here) to OUTDIR/h200-baselines.json: commit it, and the next machine starts warmer
-    "$python" -m solforge baselines export "$out/h200-baselines.json" \
+    # here) to OUTDIR/TAG-baselines.json: commit it, and the next machine starts warmer
+    "$python" -m solforge baselines export "$out/$tag-baselines.json" \
         || echo "(baselines not exported)"
 }
 
 stage_throughput() {
     # Goes on from the committed state (the stages and problems measured in earlier sessions).
-    local state="$out/throughput/h200-throughput-state"
-    if [ ! -d "$state" ] && [ -d benchmarks/results/h200-throughput-state ]; then
-        mkdir -p "$out/throughput" && cp -r benchmarks/results/h200-throughput-state "$state"
+    local state="$out/throughput/$tag-throughput-state"
+    if [ ! -d "$state" ] && [ -d "benchmarks/results/$tag-throughput-state" ]; then
+        mkdir -p "$out/throughput" && cp -r "benchmarks/results/$tag-throughput-state" "$state"
     fi
     import_baselines --cache-dir "$state/cache"
-    "$python" benchmarks/throughput_gpu.py "$out/throughput" --deadline-s "$deadline" \
+    "$python" benchmarks/throughput_gpu.py "$out/throughput" --name "$tag" --deadline-s "$deadline" \
         2>&1 | tee -a "$out/throughput.log"
 }
 
-gpu_tag() {  # h200, h100: the GPU's model, naming the sharing stage's records (h200 if unknown)
-    local model
-    model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 \
-        | grep -o 'H[0-9][0-9][0-9]' | head -n 1)
-    echo "${model:-H200}" | tr 'H' 'h'
-}
-
-on_an_h200() {  # STAGE: whether this GPU may write the stage's files, which are the H200's
-    local tag
-    tag=$(gpu_tag)
+on_an_h200() {  # STAGE: whether the stage runs on this GPU (an H200, or any with ANY_GPU=1)
     [ "$tag" = h200 ] || [ "${ANY_GPU:-0}" = 1 ] && return 0
     echo "== $1: skipped on this $tag: it goes on from and writes the H200's stores and files" \
-         "(h200-*); ANY_GPU=1 runs it anyway"
+         "(h200-*); ANY_GPU=1 runs it on this GPU's own ($tag-*)"
+    return 1
+}
+
+only_h200() {  # STAGE: a stage whose files are the H200's whatever ANY_GPU says (hgemm's table)
+    [ "$tag" = h200 ] && return 0
+    echo "== $1: skipped on this $tag: its files are the H200's (h200-hgemm-*, the shipped table)"
     return 1
 }
 
 stage_sharing() {
-    local per name state tag
-    tag=$(gpu_tag)
+    local per name state
     for per in ${SHARE_PER_GPU:-1 3}; do
         name="$tag-share$per"
         state="$out/sharing/$name-throughput-state"
@@ -220,9 +227,21 @@ stage_sharing() {
         --deadline-s "$((call_deadline - SECONDS))" 2>&1 | tee -a "$out/sharing.log"
 }
 
-suite_store=${SUITE_STORE:-benchmarks/results/h200-suite.db.gz}
-forge_store=${FORGE_STORE:-benchmarks/results/h200-forge.db.gz}
-warm_store=${WARM_STORE:-benchmarks/results/h200-warm-suite.db.gz}
+suite_store=${SUITE_STORE:-benchmarks/results/$tag-suite.db.gz}
+forge_store=${FORGE_STORE:-benchmarks/results/$tag-forge.db.gz}
+warm_store=${WARM_STORE:-benchmarks/results/$tag-warm-suite.db.gz}
+
+floor_args=()  # the suite's launch floor: the H200's recorded one, else this GPU's own
+launch_floor() {  # STAGE: sets floor_args; fails (saying so) on a GPU with none measured
+    floor_args=()
+    [ "$tag" = h200 ] && return 0
+    local found
+    for found in "$out/launch-floor.json" "benchmarks/results/$tag-launch-floor.json"; do
+        if [ -s "$found" ]; then floor_args=(--launch-floor "$found"); return 0; fi
+    done
+    echo "== $1: no launch floor of this $tag: run the floor stage first (same OUTDIR)"
+    return 1
+}
 
 unpack_store() {  # COMMITTED.db.gz DIR/STORE.db: earlier machines' store, unless one is there
     mkdir -p "$(dirname "$2")"
@@ -235,42 +254,47 @@ pack_store() {  # DIR/STORE.db DIR/NAME.db.gz: the store to commit in place of t
 
 stage_suite() {
     # Goes on from the committed store of earlier machines' calls (suite.db, gzipped) and
-    # leaves OUTDIR/suite/h200-suite.db.gz to commit in its place: the suite ends over calls.
+    # leaves OUTDIR/suite/TAG-suite.db.gz to commit in its place: the suite ends over calls.
+    launch_floor suite || return 0
     unpack_store "$suite_store" "$out/suite/suite.db"
     import_baselines
-    "$python" benchmarks/suite_gpu.py "$out/suite" all --deadline-s "$deadline" \
+    "$python" benchmarks/suite_gpu.py "$out/suite" all --name "$tag" "${floor_args[@]}" \
+        --deadline-s "$deadline" \
         --per-gpu "${SUITE_PER_GPU:-1}" 2>&1 | tee -a "$out/suite.log"
-    pack_store "$out/suite/suite.db" "$out/suite/h200-suite.db.gz"
+    pack_store "$out/suite/suite.db" "$out/suite/$tag-suite.db.gz"
     export_baselines
 }
 
 stage_suitewarm() {
     # The same bench from an empty results store, the committed baselines imported first; its
     # call ledger and store go on over calls and machines (commit what OUTDIR/suitewarm holds).
+    launch_floor suitewarm || return 0
     unpack_store "$warm_store" "$out/suitewarm/suite.db"
-    seed_from_results h200-warm-suite-calls.jsonl "$out/suitewarm/h200-warm-suite-calls.jsonl"
+    seed_from_results "$tag-warm-suite-calls.jsonl" "$out/suitewarm/$tag-warm-suite-calls.jsonl"
     import_baselines
-    "$python" benchmarks/suite_gpu.py --name h200-warm "$out/suitewarm" all \
+    "$python" benchmarks/suite_gpu.py --name "$tag-warm" "$out/suitewarm" all "${floor_args[@]}" \
         --deadline-s "$deadline" --per-gpu "${SUITE_PER_GPU:-1}" 2>&1 | tee -a "$out/suitewarm.log"
-    pack_store "$out/suitewarm/suite.db" "$out/suitewarm/h200-warm-suite.db.gz"
+    pack_store "$out/suitewarm/suite.db" "$out/suitewarm/$tag-warm-suite.db.gz"
     export_baselines
 }
 
 stage_forge() {
     # The same for the search: its archive (forge.db, gzipped) and the problems it finished.
     unpack_store "$forge_store" "$out/forge/forge.db"
-    seed_from_results h200-forge.jsonl "$out/forge/h200-forge.jsonl"
-    seed_from_results h200-forge-cuts.jsonl "$out/forge/h200-forge-cuts.jsonl"
-    seed_from_results h200-forge-compose.jsonl "$out/forge/h200-forge-compose.jsonl"
+    local part
+    for part in forge forge-cuts forge-compose; do
+        seed_from_results "$tag-$part.jsonl" "$out/forge/$tag-$part.jsonl"
+    done
     import_baselines
     local compose=()
     [ "${FORGE_COMPOSE:-0}" = 1 ] && compose=(--compose)
     [ "${FORGE_COMPOSE:-0}" = 1 ] && [ "${FORGE_SEEDS:-0}" = 1 ] && compose+=(--seeds)
     [ -n "${FORGE_AGAIN:-}" ] && [ "${FORGE_COMPOSE:-0}" != 1 ] && compose+=(--again $FORGE_AGAIN)
     # shellcheck disable=SC2086
-    "$python" benchmarks/forge_gpu.py "$out/forge" ${FORGE_PROBLEMS:-} --deadline-s "$deadline" \
+    "$python" benchmarks/forge_gpu.py "$out/forge" ${FORGE_PROBLEMS:-} --name "$tag" \
+        --deadline-s "$deadline" \
         --per-gpu "${FORGE_PER_GPU:-1}" "${compose[@]}" 2>&1 | tee -a "$out/forge.log"
-    pack_store "$out/forge/forge.db" "$out/forge/h200-forge.db.gz"
+    pack_store "$out/forge/forge.db" "$out/forge/$tag-forge.db.gz"
     export_baselines
 }
 
@@ -313,7 +337,7 @@ seed_from_results() {  # FILE DEST: a resumable stage goes on from its committed
 }
 
 stage_examples() {
-    seed_from_results h200-examples.json "$out/examples.json"
+    seed_from_results "$tag-examples.json" "$out/examples.json"
     import_baselines
     local again=()
     for text in ${EXAMPLES_AGAIN:-}; do again+=(--again "$text"); done
@@ -363,7 +387,7 @@ stage_flashinfer() {
     install_prebuilt 2>&1 | tee -a "$out/flashinfer.log"
     use_flashinfer
     # the problems already recorded need no module built here, unless they are to be judged again
-    local skip=(--skip-recorded benchmarks/results/h200-library-baselines.json)
+    local skip=(--skip-recorded "benchmarks/results/$tag-library-baselines.json")
     [ -n "${LIBRARIES_AGAIN:-}" ] && skip=()
     "$python" benchmarks/flashinfer_setup.py -o "$out/flashinfer-setup.json" "${skip[@]}" \
         --deadline-s "$deadline" 2>&1 | tee -a "$out/flashinfer.log"
@@ -371,7 +395,7 @@ stage_flashinfer() {
 
 stage_libraries() {
     use_flashinfer
-    seed_from_results h200-library-baselines.json "$out/library-baselines.json"
+    seed_from_results "$tag-library-baselines.json" "$out/library-baselines.json"
     import_baselines
     # FlashInfer baselines whose modules the flashinfer stage has not built yet wait for it
     local built=()
@@ -404,14 +428,14 @@ for stage in "${stages[@]}"; do
     case $stage in
         env) run_stage env environment.txt stage_env ;;
         tests) run_stage tests gpu-tests.log stage_tests ;;
-        calibrate) run_stage calibrate h200-measured.json stage_calibrate ;;
+        calibrate) run_stage calibrate "$tag-measured.json" stage_calibrate ;;
         harness) run_stage harness harness_summary.json stage_harness ;;
         throughput) on_an_h200 throughput && run_stage throughput "" stage_throughput ;;
         sharing) run_stage sharing "" stage_sharing ;;
         suite) on_an_h200 suite && run_stage suite "" stage_suite ;;
         suitewarm) on_an_h200 suitewarm && run_stage suitewarm "" stage_suitewarm ;;
         forge) on_an_h200 forge && run_stage forge "" stage_forge ;;
-        hgemm) on_an_h200 hgemm && run_stage hgemm "" stage_hgemm ;;
+        hgemm) only_h200 hgemm && run_stage hgemm "" stage_hgemm ;;
         sandbox) run_stage sandbox sandbox-cost.json stage_sandbox ;;
         floor) run_stage floor launch-floor.json stage_floor ;;
         timer) run_stage timer timer-cost.json stage_timer ;;

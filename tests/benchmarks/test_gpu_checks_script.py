@@ -114,16 +114,18 @@ def test_the_sharing_stage_searches_at_each_share_then_checks_the_times_agree(
     assert [c.split("--per-gpu ")[1].split()[0] for c in searches] == [str(n) for n in names]
     for n, line in zip(names, searches):
         assert f"--name {tag}-share{n} " in line and "--before 0 --suite-sample 0" in line
-        assert f"--cache-dir {out}/sharing/{tag}-share{n}-throughput-state/cache" in "".join(
-            lines[:lines.index(line)])  # the committed baselines, so the search starts warm
+        imported = "".join(lines[:lines.index(line)])
+        if tag == "h200":  # the committed baselines, so the search starts warm
+            assert f"--cache-dir {out}/sharing/{tag}-share{n}-throughput-state/cache" in imported
+        else:  # no H100 baselines are committed, and the H200's are not this GPU's
+            assert "baselines import" not in imported
     assert "sharing_fidelity.py" in lines[-1] and "--per-gpu 3" in lines[-1]
     assert f"--name {tag} " in lines[-1]
 
 
-@pytest.mark.parametrize("any_gpu", [None, "1"])
-def test_the_h200s_stages_skip_another_gpu_unless_told(tmp_path, any_gpu):
-    """A call that names no machine kind can get an H100: the stages that go on from and write
-    the H200's stores (h200-*) skip it, unless ANY_GPU=1; the others run."""
+def _on_an_h100(tmp_path: Path) -> dict[str, str]:
+    """The environment of a call whose nvidia-smi names an H100, with a stand-in interpreter
+    that records its command lines in tmp_path/calls.txt."""
     (tmp_path / "bin").mkdir()
     smi = tmp_path / "bin" / "nvidia-smi"
     smi.write_text('#!/usr/bin/env bash\necho "NVIDIA H100 80GB HBM3"\n')
@@ -132,18 +134,49 @@ def test_the_h200s_stages_skip_another_gpu_unless_told(tmp_path, any_gpu):
     python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS"\n')
     python.chmod(0o755)
     calls.write_text("")
-    env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls),
-           "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    return {**os.environ, "PYTHON": str(python), "CALLS": str(calls),
+            "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("any_gpu", [None, "1"])
+def test_the_h200s_stages_skip_another_gpu_unless_told(tmp_path, any_gpu):
+    """A call that names no machine kind can get an H100: the stages that go on from and write
+    the H200's stores (h200-*) skip it, unless ANY_GPU=1, and then they go on from and write
+    the H100's own (h100-*), with its own launch floor; the others run."""
+    env = _on_an_h100(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "launch-floor.json").write_text("{}")  # the floor stage's, in the same OUTDIR
     if any_gpu is not None:
         env["ANY_GPU"] = any_gpu
-    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), "suitewarm", "timer",
-                           "compare"],
+    done = subprocess.run(["bash", str(SCRIPT), str(out), "suitewarm", "timer", "compare"],
                           env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
-    lines = calls.read_text()
+    lines = (tmp_path / "calls.txt").read_text()
     assert "timer_cost.py" in lines and "compare_cost.py" in lines
     assert ("suite_gpu.py" in lines) == (any_gpu == "1")
     assert ("suitewarm: skipped on this h100" in done.stdout) == (any_gpu is None)
+    assert "h200-" not in lines  # nothing of the H200's read, written or named
+    if any_gpu == "1":
+        assert f"--name h100-warm {out}/suitewarm all --launch-floor {out}/launch-floor.json" \
+            in lines
+        assert f"baselines export {out}/h100-baselines.json" in lines
+
+
+def test_on_another_gpu_a_suite_without_its_launch_floor_and_hgemm_stay_skipped(tmp_path):
+    """ANY_GPU=1 does not run a suite against the H200's launch floor, nor tune into the
+    H200's HGEMM table; libraries go on from the H100's own record (none yet)."""
+    env = {**_on_an_h100(tmp_path), "ANY_GPU": "1"}
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(SCRIPT), str(out), "suite", "hgemm", "libraries"],
+                          env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = (tmp_path / "calls.txt").read_text()
+    assert "suite: no launch floor of this h100" in done.stdout
+    assert "hgemm: skipped on this h100" in done.stdout
+    assert "suite_gpu.py" not in lines and "hgemm_gpu.py" not in lines
+    assert "library_baselines_gpu.py" in lines and "h200-" not in lines
+    assert not (out / "library-baselines.json").exists()  # nothing of the H200's seeded
 
 
 def _flashinfer_stage(tmp_path: Path, stage: str, site: Path, *more: str,
