@@ -310,6 +310,7 @@ def test_throughput_script_measures_every_stage_and_resumes(tmp_path, run_here):
     _run(THROUGHPUT_SCRIPT, *args)
     record = json.loads((tmp_path / "cpu-throughput.json").read_text())
     assert record["complete"] and record["candidates"] == 2
+    assert record["spares_per_slot"] == 1  # the CPU's default, SOLFORGE_SPARES_AHEAD unset
     assert record["gpu_seconds_per_candidate"] > 0 and record["suite_extrapolated"]
     assert record["suite_cold_minutes"] > 0 and record["suite_warm_minutes"] > 0
     for phase in ("worker_wait", "correctness", "timing", "unit_start"):
