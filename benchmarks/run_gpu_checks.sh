@@ -54,6 +54,8 @@
 #           compare      what one output comparison costs the driver alone on the GPU, per
 #                        workload of the throughput search's problems, and its kernels
 #                        (benchmarks/compare_cost.py, about 30 s; OUTDIR/compare-cost.json)
+#           guards       what the worker's guard check costs per timed call, part by part, alone
+#                        on the GPU (benchmarks/guard_cost.py, about 10 s; OUTDIR/guard-cost.json)
 #           gap          whether a kernel-only time carries the GPU's idle gap before the launch
 #                        (benchmarks/hgemm_gap_probe.py; issue 15's benchmark bias, about 20 s)
 #           launch       host microseconds per HGEMM launch: solforge's Python, Triton's dispatch
@@ -326,6 +328,10 @@ stage_compare() {
     "$python" benchmarks/compare_cost.py -o "$out/compare-cost.json" 2>&1 | tee "$out/compare.log"
 }
 
+stage_guards() {
+    "$python" benchmarks/guard_cost.py -o "$out/guard-cost.json" 2>&1 | tee "$out/guards.log"
+}
+
 stage_gap() {
     "$python" benchmarks/hgemm_gap_probe.py -o "$out/hgemm-gap-probe.json" 2>&1 \
         | tee "$out/gap.log"
@@ -440,6 +446,7 @@ for stage in "${stages[@]}"; do
         floor) run_stage floor launch-floor.json stage_floor ;;
         timer) run_stage timer timer-cost.json stage_timer ;;
         compare) run_stage compare compare-cost.json stage_compare ;;
+        guards) run_stage guards guard-cost.json stage_guards ;;
         gap) run_stage gap hgemm-gap-probe.json stage_gap ;;
         variants) run_stage variants variants.json stage_variants ;;
         examples) on_an_h200 examples && run_stage examples "" stage_examples ;;

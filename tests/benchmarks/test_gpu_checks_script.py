@@ -149,11 +149,12 @@ def test_the_h200s_stages_skip_another_gpu_unless_told(tmp_path, any_gpu):
     (out / "launch-floor.json").write_text("{}")  # the floor stage's, in the same OUTDIR
     if any_gpu is not None:
         env["ANY_GPU"] = any_gpu
-    done = subprocess.run(["bash", str(SCRIPT), str(out), "suitewarm", "timer", "compare"],
+    done = subprocess.run(["bash", str(SCRIPT), str(out), "suitewarm", "timer", "compare",
+                           "guards"],
                           env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = (tmp_path / "calls.txt").read_text()
-    assert "timer_cost.py" in lines and "compare_cost.py" in lines
+    assert "timer_cost.py" in lines and "compare_cost.py" in lines and "guard_cost.py" in lines
     assert ("suite_gpu.py" in lines) == (any_gpu == "1")
     assert ("suitewarm: skipped on this h100" in done.stdout) == (any_gpu is None)
     assert "h200-" not in lines  # nothing of the H200's read, written or named
