@@ -16,7 +16,9 @@ and a later call skips the stages already there:
    candidate costs in a queue that keeps the GPU busy): their median with one unit per GPU,
    their mean with several (units side by side end in bursts, and the median gap of a burst
    says nothing of the rate); the first result of each problem also times its baselines and
-   is reported apart. The phases of every unit are summed into the table. Each
+   is reported apart. The phases of every unit are summed into the table; with units
+   sharing a GPU, `device_held_per_candidate` is how long each candidate's unit held its lock
+   in each mode (the exclusive seconds bound the rate: the loops run one at a time). Each
    problem's search is kept in the state folder the moment it ends (a call cut short loses
    only the problem in flight), and the record is rewritten after each one. A later call
    with more `--problems` searches the new ones and sums all of them.
@@ -62,7 +64,7 @@ from solforge.defaults import DEFAULT_BASELINE  # noqa: E402
 from solforge.errors import SolforgeError  # noqa: E402
 from solforge.forge.loop import OptimizeConfig, Optimizer  # noqa: E402
 from solforge.harness.baseline import BaselineCache, export_baselines  # noqa: E402
-from solforge.harness.phases import format_table, merge  # noqa: E402
+from solforge.harness.phases import HELD, format_table, is_held, merge  # noqa: E402
 from solforge.problem.suite import bundled_problem_dirs, open_problem  # noqa: E402
 from solforge.runners import TaskResult, open_runner  # noqa: E402
 from solforge.runners.local import spares_per_slot  # noqa: E402
@@ -199,6 +201,7 @@ def _summed(found: list[dict[str, Any]], problems: list[str]) -> dict[str, Any]:
         "trace_statuses": statuses,
         "phases": _per_candidate(table, judged),
         "phases_table": format_table(table, judged),
+        "device_held_per_candidate": _held_per_candidate(table, judged),
     }
 
 
@@ -351,6 +354,15 @@ def write_record(call: Call, old: dict[str, Any] | None, now: dict[str, Any] | N
 
 def _per_candidate(table: dict[str, dict[str, float]], count: int) -> dict[str, float]:
     return {name: round(entry["seconds"] / max(count, 1), 4) for name, entry in table.items()}
+
+
+def _held_per_candidate(table: dict[str, dict[str, float]], count: int) -> dict[str, float]:
+    """Seconds each candidate's unit held the GPU's lock, by mode, its baselines' loops
+    included: the exclusive seconds are a floor under the time between results."""
+    held = {mode: sum(entry["seconds"] for name, entry in table.items()
+                      if is_held(name) and name.endswith(f"{HELD}{mode}"))
+            for mode in ("shared", "exclusive")}
+    return {mode: round(seconds / max(count, 1), 4) for mode, seconds in held.items()}
 
 
 def _round(value: float | None) -> float | None:

@@ -336,11 +336,16 @@ def test_throughput_keeps_each_problem_and_goes_on_from_the_next(tmp_path, monke
     call.state.mkdir()
     kept = {"problem": "l1/a", "candidates": 2, "wall_seconds": 10.0, "first_seconds": 6.0,
             "gaps": [4.0], "unit_seconds": [5.0, 4.0], "statuses": {"PASSED": 4},
-            "phases": {"timing": {"seconds": 3.0, "count": 2}}}
+            "phases": {"timing": {"seconds": 3.0, "count": 2},
+                       "held:exclusive": {"seconds": 2.0, "count": 2},
+                       "eager/held:exclusive": {"seconds": 1.0, "count": 1},
+                       "held:shared": {"seconds": 0.5, "count": 2}}}
     script._problem_file(call, "forge.db", "l1/a").write_text(json.dumps(kept))
     so_far = script._so_far(call)
     assert so_far["candidates"] == 2 and so_far["problems_left"] == ["l1/b"]
     assert so_far["seconds_per_candidate_median"] == 4.0
+    # the lock held alone by each candidate's unit, its baseline's loop included
+    assert so_far["device_held_per_candidate"] == {"shared": 0.25, "exclusive": 1.5}
     record = script.write_record(call, None, so_far, None)
     assert not record["complete"] and record["candidates"] == 2
 

@@ -18,7 +18,7 @@ from harness_corpus import EXPLOITS, PROBLEMS, load_fixtures, run_fixture, short
 from solforge.data.solution import parse_solution
 from solforge.data.trace import Status
 from solforge.errors import SolforgeError
-from solforge.harness import device_lock, protocol
+from solforge.harness import device_lock, phases, protocol
 from solforge.harness import judge as judge_module
 from solforge.harness.device_lock import DeviceBusy, DeviceLock, all_alone, make_folder
 from solforge.harness.evaluate import EvalConfig, evaluate
@@ -45,6 +45,22 @@ def _holds(enter, events: list[str], name: str, release: threading.Event) -> thr
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+def test_the_lock_records_how_long_it_was_held_in_each_mode(tmp_path):
+    lock = DeviceLock(make_folder(tmp_path / "gpu0"))
+    with phases.collecting() as log:
+        with lock.shared():
+            time.sleep(0.02)
+        with lock.exclusive():
+            time.sleep(0.03)
+        with lock.exclusive():
+            pass
+    table = {t.name: t for t in log.totals()}
+    assert 0.02 <= table["held:shared"].seconds < 1.0
+    assert table["held:exclusive"].seconds >= 0.03 and table["held:exclusive"].count == 2
+    assert table["device_wait"].count == 3
+    lock.close()
 
 
 def _gate_held(folder) -> bool:

@@ -121,6 +121,25 @@ def test_a_workers_start_is_charged_only_where_the_driver_waited():
     assert waited_steps([[f"s{i}", i / 100] for i in range(17)], 0.0, (0.0, 9.0)) == {}
 
 
+def test_held_totals_overlap_the_phases_and_stay_out_of_their_sum():
+    """The lock's held seconds run under other phases: counted apart (grouped like them), never
+    taken out of the phase they ran in, and left out of the table's shares."""
+    with phases.collecting() as log:
+        with phases.phase("timing"):
+            time.sleep(0.02)
+            phases.held("exclusive", 0.02)
+        with phases.phase("eager", group=True):
+            phases.held("shared", 0.5)
+    table = {t.name: t.seconds for t in log.totals()}
+    assert table["timing"] >= 0.02  # nothing carved out of it
+    assert table["held:exclusive"] == 0.02 and table["eager/held:shared"] == 0.5
+    assert phases.is_held("eager/held:shared") and not phases.is_held("held_by_me")
+    text = phases.format_table(phases.merge([phases.as_dict(log.totals())]))
+    timing_line = next(line for line in text.splitlines() if line.startswith("timing"))
+    assert timing_line.split()[2] == "100.0%"  # the held totals are not in the sum
+    assert text.splitlines()[-1].startswith(("held:", "eager/held:"))  # listed after
+
+
 def test_phases_cost_nothing_without_a_log():
     with phases.phase("anything"):
         phases.switch("x")

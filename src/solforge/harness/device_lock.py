@@ -20,7 +20,8 @@ workers run under other uids and never reach it, and the descriptors are not inh
 worker holds a copy. A unit process that dies frees its locks with its descriptors; a unit
 that waits past WAIT_LIMIT_S for a holder that is stuck ends with DeviceBusy (its runner starts
 it again) instead of waiting for ever. The driver's waits are the `device_wait` phase; they do
-not count against a workload's time limit.
+not count against a workload's time limit; how long it held the lock in each mode is the
+held totals `held:shared` and `held:exclusive`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ ENV = "SOLFORGE_DEVICE_LOCK"  # the lock's folder, set by the runner for units t
 # (its runner starts it again) rather than wait for ever.
 WAIT_LIMIT_S = 900.0
 POLL_S = 0.002  # a waiter tries again this often: what a turn costs in latency at most
+_MODES = {fcntl.LOCK_SH: "shared", fcntl.LOCK_EX: "exclusive"}  # held totals' names (phases)
 _GATE = "gate"
 _DEVICE = "device"
 
@@ -74,10 +76,12 @@ class DeviceLock:
                 _take(self._device, mode, until, self.limit_s)
             finally:
                 fcntl.flock(self._gate, fcntl.LOCK_UN)
+        taken = time.monotonic()
         try:
-            yield time.monotonic() - began
+            yield taken - began
         finally:
             fcntl.flock(self._device, fcntl.LOCK_UN)
+            phases.held(_MODES[mode], time.monotonic() - taken)
 
     def close(self) -> None:
         os.close(self._gate)

@@ -35,6 +35,11 @@ The phases the harness records (seconds, wall clock, in the process that drives 
   (`compile/correctness` holds torch.compile's own compile, in the first round).
 - `device_wait`: waiting for a GPU shared with other units (device_lock.py): shared for the
   correctness rounds, alone for the timed loop; zero on a GPU of one's own.
+- `held:shared`, `held:exclusive`: how long the unit held that GPU's lock in each mode once it
+  had it. These overlap the phases above (they are what the rounds and the timed loops ran
+  under), so they are *held* totals, left out of the sum that adds up to the wall time (see
+  `is_held`): the exclusive seconds per candidate are a floor under the time between results
+  that no number of units sharing the GPU can go below.
 - `baseline_lookup`: reading the baseline store; `sol`: T_SOL analysis of the workloads.
 - `worker_close`: killing and reaping a worker; `store_write`: saving traces.
 - `send_inputs`: the driver writing a call's inputs to the worker (into the shared area or the
@@ -131,6 +136,11 @@ class PhaseLog:
         self._seconds[name] = self._seconds.get(name, 0.0) + max(0.0, seconds)
         self._counts[name] = self._counts.get(name, 0) + count
 
+    def held(self, name: str, seconds: float) -> None:
+        """A held total (`is_held`): counted, never taken out of the open phase."""
+        outer = next((entry[0] for entry in reversed(self._stack) if entry[4]), None)
+        self.add(f"{outer}/{HELD}{name}" if outer else f"{HELD}{name}", seconds)
+
     def close(self) -> None:
         """End every open phase (an evaluation interrupted by an error)."""
         while self._stack:
@@ -138,6 +148,14 @@ class PhaseLog:
 
     def totals(self) -> tuple[PhaseTotal, ...]:
         return tuple(PhaseTotal(n, s, self._counts[n]) for n, s in self._seconds.items())
+
+
+HELD = "held:"  # the prefix of a held total's name (after any group)
+
+
+def is_held(name: str) -> bool:
+    """Whether the phase is a held total, overlapping the others (not part of the wall time)."""
+    return name.rpartition("/")[2].startswith(HELD)
 
 
 _CURRENT: ContextVar[PhaseLog | None] = ContextVar("solforge_phase_log", default=None)
@@ -184,6 +202,13 @@ def record(name: str, seconds: float) -> None:
         log.record(name, seconds)
 
 
+def held(name: str, seconds: float) -> None:
+    """Add a held total to the current log (see `PhaseLog.held`)."""
+    log = _CURRENT.get()
+    if log is not None:
+        log.held(name, seconds)
+
+
 def carve(parent: str, name: str, seconds: float) -> None:
     """Move time from phase `parent` to `name` in the current log (see `PhaseLog.carve`)."""
     log = _CURRENT.get()
@@ -215,10 +240,12 @@ def merge(tables: list[Mapping[str, Mapping[str, float]]]) -> dict[str, dict[str
 
 
 def format_table(table: Mapping[str, Mapping[str, float]], per: int = 1) -> str:
-    """A plain-text table: phase, total seconds, share, seconds per unit (`per` units)."""
-    total = sum(float(e["seconds"]) for e in table.values()) or 1.0
+    """A plain-text table: phase, total seconds, share, seconds per unit (`per` units); the held
+    totals after the phases, their share of the same wall time (they overlap it)."""
+    total = sum(float(e["seconds"]) for n, e in table.items() if not is_held(n)) or 1.0
     lines = [f"{'phase':<18} {'seconds':>9} {'share':>6} {'per unit':>9}"]
-    for name, entry in table.items():
+    ordered = sorted(table.items(), key=lambda item: is_held(item[0]))  # stable: phases first
+    for name, entry in ordered:
         seconds = float(entry["seconds"])
         lines.append(f"{name:<18} {seconds:>9.2f} {seconds / total:>6.1%} "
                      f"{seconds / max(per, 1):>9.3f}")
