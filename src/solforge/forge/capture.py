@@ -49,7 +49,6 @@ from solforge.data.dtypes import storage_shape
 from solforge.data.solution import Solution, parse_solution
 from solforge.data.workload import Workload
 from solforge.errors import SolforgeError
-from solforge.harness.niceness import lower_priority
 from solforge.harness.process import describe_exit, python_env, run_module_sandboxed
 from solforge.problem.inputs import make_inputs
 from solforge.problem.problem import Problem, load_problem, tensor_shape
@@ -210,7 +209,6 @@ def _kernel_from_json(record: dict[str, Any]) -> CompiledKernel:
 
 def _capture_main(request_path: str, result_path: str) -> None:
     """The child: capture every job, then disassemble all their kernels at once."""
-    lower_priority()  # ahead of need: the judging beside it comes first
     request = json.loads(Path(request_path).read_text())
     if request.get("triton_cache"):
         triton.knobs.cache.dir = request["triton_cache"]

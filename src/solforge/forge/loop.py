@@ -68,7 +68,6 @@ from solforge.forge.reference_part import reference_candidate
 from solforge.forge.search import search
 from solforge.forge.templates import templates_for
 from solforge.harness.evaluate import EvalConfig, default_cache_dir, evaluate, select_workloads
-from solforge.harness.niceness import compile_nice
 from solforge.harness.sandbox import jit_ahead
 from solforge.humanize import fitness
 from solforge.problem.problem import Problem
@@ -149,7 +148,6 @@ class Optimizer:
                  address: str | None = None) -> None:
         if runner is not None and address is None:
             raise OptimizeError("a runner needs the problem's address")
-        compile_nice()  # a bad SOLFORGE_COMPILE_NICE refused before any capture starts
         self.problem = problem
         self.store = store
         self.config = config

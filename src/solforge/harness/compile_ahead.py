@@ -58,7 +58,6 @@ import torch
 
 from solforge.data.definition import parse_definition
 from solforge.data.workload import Workload, parse_workload
-from solforge.harness.niceness import compile_nice, lower_priority
 from solforge.harness.process import kill_group, python_command, start
 from solforge.problem.inputs import make_inputs
 from solforge.problem.problem import Problem
@@ -218,7 +217,6 @@ def start_compile_ahead(problem: Problem, workloads: list[Workload], device: tor
                         processes: int | None = None) -> CompileAhead | None:
     """Start compiling `workloads` (those that can be) in up to `processes` children, each
     with a share; None when there is nothing to compile."""
-    compile_nice()  # a bad SOLFORGE_COMPILE_NICE refused here, before any child starts
     chosen = compilable(problem, workloads)
     if not chosen:
         return None
@@ -277,7 +275,6 @@ def prepared(problem: Problem, workloads: list[Workload], device: torch.device,
 
 def main(argv: list[str]) -> int:
     share, device, result = argv
-    lower_priority()  # ahead of need: the timed loops beside it come first
     data = json.loads(Path(share).read_text())
     definition = parse_definition(data["definition"])
     workloads = tuple(parse_workload(w, definition) for w in data["workloads"])
