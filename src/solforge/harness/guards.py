@@ -28,7 +28,13 @@ shares with the harness, so that it cannot see or change the harness's work betw
   still alive after a call is flagged too. The worker is made a child subreaper, so a
   double-forked daemon re-parents to it and stays visible;
 - the current CUDA stream left switched to a side stream.
-Each finding is a `Violation`, reported as REWARD_HACK with the evidence.
+Each finding is a `Violation`, reported as REWARD_HACK with the evidence. What a call can leave
+for the harness's work after it (names, hooks, callbacks, forks, the stream) is checked the
+moment it returns (`check_returned`), before the harness copies its outputs: a hook that runs
+in that copy and then removes itself is gone by the next call. What other threads did is
+checked before the next call (`check_threads`), which closes the window between the two. The
+worker binds every function it calls between a return and that check before the call, so a
+patch that restores itself once called is still in place when the check looks.
 """
 
 from __future__ import annotations
@@ -73,6 +79,10 @@ WATCHED_OPS = (
     "aten::_local_scalar_dense", "aten::normal_", "aten::uniform_", "aten::random_",
     "aten::randn", "aten::rand", "aten::randint", "aten::randperm", "aten::bernoulli_",
     "aten::exponential_", "aten::sum", "aten::amax",
+    # the timer's ranges: the device work launched inside the harness's own ranges is not
+    # the candidate's time, so a kernel over these could hide work there
+    "profiler::_record_function_enter_new", "profiler::_record_function_exit._RecordFunction",
+    "profiler::_record_function_exit",
 )
 _PR_SET_CHILD_SUBREAPER = 36
 # Threads started from these packages belong to the libraries, not to the candidate.
@@ -186,6 +196,9 @@ class IdentitySnapshot:
         self.others = tuple(n for n in self.namespaces  # none in practice
                             if type(n.names) not in (dict, MappingProxyType))
         self.trace_hooks = _trace_hooks()
+        # bound now (and pinned with this object): `operator` is no module the check watches,
+        # and an `operator.is_not` replaced by one that answers False would blind it
+        self.is_not = operator.is_not
 
     def _take(self, label: str, owner: ModuleType | type) -> None:
         watched = {}
@@ -208,7 +221,7 @@ class IdentitySnapshot:
         trace hooks set, harness objects altered."""
         found = []
         for get, mappings, attributes, values, labels in self.flat:
-            if any(map(operator.is_not, map(get, mappings, attributes), values)):
+            if any(map(self.is_not, map(get, mappings, attributes), values)):
                 found += [label for label, names, attribute, value
                           in zip(labels, mappings, attributes, values)
                           if get(names, attribute) is not value]
@@ -559,6 +572,15 @@ class Guards:
     def check(self, children: bool = True) -> list[Violation]:
         """Every violation since the snapshot; `children` also scans /proc for child
         processes (tens of milliseconds on a busy machine: not between timed calls)."""
+        return self.check_returned() + self.check_threads(children)
+
+    def check_returned(self) -> list[Violation]:
+        """What a call can leave for the harness's own work after it, checked the moment it
+        returns, before the harness touches its outputs: replaced names, hooks that see the
+        harness's tensors, collector callbacks, forks, the current stream. Checked only before
+        the next call, a kernel registered over the copy that hands the outputs over could
+        compute them there, after the timed call, and unregister itself before anyone looked
+        (tests/exploits/hand_over_hook)."""
         found = []
         changed = self._changed()
         if changed:
@@ -576,6 +598,15 @@ class Guards:
         if self.forks.count:
             found.append(Violation(f"called os.fork {self.forks.count} time(s): a forked copy "
                                    "can compute outside the timed window"))
+        if self.stream is not None and torch.cuda.current_stream(self.device) != self.stream:
+            found.append(Violation("left a side stream as the current CUDA stream"))
+        return found
+
+    def check_threads(self, children: bool = True) -> list[Violation]:
+        """What ran beside the harness since the last return: threads that unblocked signals
+        or worked after it, and (with `children`) child processes left running. Checked before
+        each call: the window it closes is the whole time between two calls."""
+        found = []
         unblocked = self._unblocked_threads()
         if unblocked:
             found.append(Violation(f"a thread unblocked signals ({unblocked}), blocked in the "
@@ -589,8 +620,6 @@ class Guards:
             pids = _wait_for_exit(live_children(), seconds=0.5)
             if pids:
                 found.append(Violation(f"left child processes running (pids {pids[:5]})"))
-        if self.stream is not None and torch.cuda.current_stream(self.device) != self.stream:
-            found.append(Violation("left a side stream as the current CUDA stream"))
         return found
 
     def _unblocked_threads(self) -> str:

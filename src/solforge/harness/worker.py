@@ -97,6 +97,8 @@ class Worker:
         self.workloads = {w.uuid: w for w in self.problem.workloads}
         self.guards: Guards | None = None
         self.guard_check: Callable[[], list[Violation]] | None = None
+        self.return_check: Callable[[], list[Violation]] | None = None  # Guards.check_returned
+        self.thread_check: Callable[[], list[Violation]] | None = None  # Guards.check_threads
         self.function: Callable[..., Any] | None = None
         self.reference_module = None
         self.handed_over: tuple[list[Any], str] | None = None  # last round's outputs, digest
@@ -120,6 +122,8 @@ class Worker:
         if self.config.role == protocol.CANDIDATE:
             self.guards = Guards(self.device)
             self.guard_check = self.guards.check  # bound before the candidate exists
+            self.return_check = self.guards.check_returned
+            self.thread_check = self.guards.check_threads
             self._pin_harness_objects(self.guards)
         startup.mark("guards")
         start_marks = startup.marks()  # taken before the candidate's code exists
@@ -293,12 +297,18 @@ class Worker:
         received = time.perf_counter()
         clock["receive"] += received - self.frame_arrived
         self._check_guards(f"before correctness round {number}", children=False)
-        called = time.perf_counter()
-        clock["checks"] += called - received
+        # bound before the call: a patch that restores itself once called is still in place
+        # when the check looks (see guards.py)
+        verify, at_return, now = self.verify_return, self.return_check, time.perf_counter
+        called = now()
         result = self.call(inputs, buffers)
+        returned = now()
+        verify(at_return, f"at the return of correctness round {number}")
+        checked = now()
         synchronize(self.device)
-        returned = time.perf_counter()
-        clock["calls"] += returned - called
+        clock["checks"] += (called - received) + (checked - returned)
+        clock["calls"] += (returned - called) + (now() - checked)
+        returned = now()
         self.returned()
         outputs = self.collect(workload, result, buffers)
         self.hand_over(protocol.ROUND, {"workload": workload.uuid, "round": number}, outputs,
@@ -374,6 +384,7 @@ class Worker:
         Python threads are held off the interpreter from the return until the outputs are
         handed over (hold.py): a pool thread cannot fill them late while this thread waits to
         be scheduled on a loaded machine."""
+        block, hold, collecting = signals.block, self.held.hold, gc.isenabled  # see guards.py
         gc.disable()
         try:
             if buffers is not None:
@@ -381,9 +392,9 @@ class Worker:
                 return buffers.tensors
             return self.function(*inputs)
         finally:
-            self.signals_unblocked = signals.block()  # first: no handler may run after it
-            self.held.hold()  # no other Python thread runs until the outputs are copied
-            self.collector_turned_on = gc.isenabled()
+            self.signals_unblocked = block()  # first: no handler may run after it
+            hold()  # no other Python thread runs until the outputs are copied
+            self.collector_turned_on = collecting()
 
     def collect(self, workload: Workload, result: Any, buffers: OutputBuffers | None) -> list[Any]:
         """The outputs of a call, checked: exact types first (before touching a value: a lazy
@@ -461,13 +472,20 @@ class Worker:
         return timing
 
     def _check_guards(self, when: str, fatal: bool = False, children: bool = True) -> None:
-        check = self.guard_check
+        self._verify(self.guard_check, when, fatal, children=children)
+
+    def verify_return(self, check: Callable[[], list[Violation]] | None, when: str) -> None:
+        """`Guards.check_returned` (`check`, bound before the call) right after a call."""
+        self._verify(check, when)
+
+    def _verify(self, check: Callable[..., list[Violation]] | None, when: str,
+                fatal: bool = False, **options: bool) -> None:
         if check is None:
             if self.config.role == protocol.CANDIDATE:
                 raise CandidateFault(Status.REWARD_HACK, f"{when}: the harness's guard hook "
                                      "was removed", fatal=fatal)
             return
-        violations = check(children=children)
+        violations = check(**options)
         if violations:
             found = "; ".join(v.message for v in violations)
             raise CandidateFault(Status.REWARD_HACK, f"{when}: {found}", fatal=fatal)
@@ -499,6 +517,9 @@ class TimedCalls:
         self.buffers: dict[int, OutputBuffers | None] = {}
         self.results: dict[int, Any] = {}
         self.budget = worker.config.retain_bytes
+        # bound before the loop: what runs between a call's return and its check (guards.py)
+        self.verify, self.at_return = worker.verify_return, worker.return_check
+        self.clock = time.perf_counter
         # Where the loop's time went in this process (a diagnostic for the phase table; the
         # driver trusts none of it): work_parts, the wait for the driver's frames, the loop.
         self.seconds = {**work_parts(), "wait": 0.0, "loop": 0.0}
@@ -512,20 +533,26 @@ class TimedCalls:
         while len(self.inputs) > 2 and _nbytes(self.inputs) > self.budget:
             self.inputs.popleft()  # memory is short: addresses may repeat, contents never do
         self.buffers[i] = worker.allocate(self.workload)
-        worker._check_guards(f"before timed call {i}", children=False)
+        worker._verify(worker.thread_check, f"before timed call {i}", children=False)
         self.seconds["wait"] += worker.frame_arrived - began
         self.seconds["receive"] += received - worker.frame_arrived
         self.seconds["checks"] += time.perf_counter() - received
 
     def run(self, i: int) -> None:
-        began = time.perf_counter()
+        clock = self.clock
+        began = clock()
         self.results[i] = self.worker.call(self.inputs[-1], self.buffers[i])
-        self.seconds["calls"] += time.perf_counter() - began
+        self.seconds["calls"] += clock() - began
 
     def after(self, i: int) -> None:
-        """Call i has returned (its device work waited for): its outputs go to the driver."""
+        """Call i has returned (its device work waited for): checked at once (see guards.py),
+        then its outputs go to the driver."""
+        clock = self.clock
+        returned = clock()
+        self.verify(self.at_return, f"at the return of timed call {i}")
         worker = self.worker
-        began = time.perf_counter()
+        began = clock()
+        self.seconds["checks"] += began - returned
         worker.returned()
         values = worker.collect(self.workload, self.results.pop(i), self.buffers.pop(i))
         worker.hand_over(protocol.CALL_OUTPUT, {"workload": self.workload.uuid, "iteration": i},
