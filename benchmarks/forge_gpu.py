@@ -486,7 +486,7 @@ def main() -> None:
     parser.add_argument("--again", nargs="+", default=[], metavar="TEXT",
                         help="search again the finished problems whose address has a TEXT")
     parser.add_argument("--per-gpu", type=int, default=1,
-                        help="candidates sharing the GPU, their timed loops one at a time")
+                        help="candidates sharing the GPU, their timed calls one at a time")
     parser.add_argument("--tables-only", action="store_true",
                         help="search nothing: write the summary files again from the "
                              "progress and compose files, keeping the recorded environment")

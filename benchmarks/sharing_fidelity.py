@@ -5,10 +5,11 @@
 
 The shipped solutions of the PROBLEMs (default: six fast L1 problems) benched twice through
 `solforge bench`'s loop, each run into a results store of its own: with one unit on the GPU,
-then with `--per-gpu` units side by side (their correctness rounds together, their timed loops
-one at a time: harness/device_lock.py). The baselines come from the machine's baseline store,
-as in any bench (import the committed ones first), so the solutions are what is timed. Then per
-solution and workload both median times and their ratio (shared / alone).
+then with `--per-gpu` units side by side (their correctness rounds and warm-ups together,
+their timed calls one at a time: harness/device_lock.py). The baselines come from the
+machine's baseline store, as in any bench (import the committed ones first), so the solutions
+are what is timed. Then per solution and workload both median times and their ratio (shared /
+alone).
 
 Writes OUTDIR/NAME-sharing-fidelity.json: the pairs, the median and the largest |ratio - 1|
 (the run-to-run budget of issue 13 is 3%), each run's wall seconds (what sharing saves), the

@@ -405,7 +405,7 @@ def main() -> None:
     parser.add_argument("--launch-floor", type=Path, default=None,
                         help="launch_floor.py's file (default: the newest recorded H200 one)")
     parser.add_argument("--per-gpu", type=int, default=1,
-                        help="units sharing the GPU, their timed loops one at a time")
+                        help="units sharing the GPU, their timed calls one at a time")
     parser.add_argument("--tables-only", action="store_true",
                         help="bench nothing: write the files again from OUTDIR/suite.db")
     args = parser.parse_args()

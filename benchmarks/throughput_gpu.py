@@ -11,14 +11,14 @@ and a later call skips the stages already there:
    as it was), with their phase table: the "before" column.
 2. `optimizer`: a template search (what `solforge optimize` runs) of `--candidates` spread over
    the problems, through the local runner, one unit per GPU (`--per-gpu N`: N units share
-   it, their timed loops one at a time, harness/device_lock.py). GPU-machine seconds per
+   it, their timed calls one at a time, harness/device_lock.py). GPU-machine seconds per
    judged candidate are the gaps between consecutive results (the machine's wall time each
    candidate costs in a queue that keeps the GPU busy): their median with one unit per GPU,
    their mean with several (units side by side end in bursts, and the median gap of a burst
    says nothing of the rate); the first result of each problem also times its baselines and
    is reported apart. The phases of every unit are summed into the table; with units
    sharing a GPU, `device_held_per_candidate` is how long each candidate's unit held its lock
-   in each mode (the exclusive seconds bound the rate: the loops run one at a time). Each
+   in each mode (the exclusive seconds bound the rate: the timed calls run one at a time). Each
    problem's search is kept in the state folder the moment it ends (a call cut short loses
    only the problem in flight), and the record is rewritten after each one. A later call
    with more `--problems` searches the new ones and sums all of them.

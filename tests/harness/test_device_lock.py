@@ -253,17 +253,20 @@ RMSNORM = ("import torch\n\ndef run(hidden_states, norm_weight, eps):\n"
 
 
 def test_the_judge_runs_rounds_shared_and_the_timed_loop_alone(tmp_path, monkeypatch):
-    """Every round's inputs leave the driver under the shared lock, every timed call's under
-    the exclusive one, and the time waited for the lock is added to the workload's limit. The
-    driver's own device work is kept out of the exclusive loop where it fits: the timed calls'
-    inputs are made before it, and the chosen timed outputs compared after it."""
+    """Every round's inputs and every warm-up call's leave the driver under the shared lock,
+    every timed call's under the exclusive one, and the time waited for the lock is added to
+    the workload's limit. The driver's own device work is kept out of the exclusive loop where
+    it fits: the timed calls' inputs are made before it, and the chosen timed outputs compared
+    after it."""
     recorder = _Recorder(waited_s=1000.0)
     monkeypatch.setattr(device_lock, "current", lambda: recorder)
     seen: list[tuple[str, str | None, float]] = []
     hand_over = Judge._hand_over
 
     def noted(judge, phase, index, seed):
-        seen.append((phase, recorder.held, judge.deadline - time.monotonic()))
+        timed = phase == protocol.CALL_PHASE and index >= judge.plan.warmup
+        seen.append(("timed" if timed else phase, recorder.held,
+                     judge.deadline - time.monotonic()))
         return hand_over(judge, phase, index, seed)
 
     monkeypatch.setattr(Judge, "_hand_over", noted)
@@ -293,12 +296,13 @@ def test_the_judge_runs_rounds_shared_and_the_timed_loop_alone(tmp_path, monkeyp
     traces = evaluate(problem, solution, config)
     assert [t.evaluation.status for t in traces] == [Status.PASSED]
     rounds = [s for s in seen if s[0] == protocol.ROUND_PHASE]
-    calls = [s for s in seen if s[0] == protocol.CALL_PHASE]
-    assert rounds and calls
-    assert {held for _, held, _ in rounds} == {"shared"}
+    warm_up = [s for s in seen if s[0] == protocol.CALL_PHASE]
+    calls = [s for s in seen if s[0] == "timed"]
+    assert rounds and warm_up and calls
+    assert {held for _, held, _ in rounds + warm_up} == {"shared"}
     assert {held for _, held, _ in calls} == {"exclusive"}
     # each workload judged (the candidate's, the eager baseline's): its rounds, the timed
-    # calls' inputs, its loop, the chosen outputs compared
+    # calls' inputs and the warm-up, its timed calls, the chosen outputs compared
     assert recorder.order == ["shared", "shared", "exclusive", "shared"] * (
         len(recorder.order) // 4)
     assert min(left for _, _, left in rounds) > 1000.0  # the wait for the rounds was added

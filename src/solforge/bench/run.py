@@ -66,7 +66,7 @@ class BenchConfig:
     cache_dir: Path | None = None  # builds and baseline times; None: the harness default
     runner: str = "local"  # where the workers run: local or ray
     workers: int | None = None  # units at once; None: one per GPU (core), or the cluster's
-    per_gpu: int = 1  # local runner: units sharing each GPU, their timed loops one at a time
+    per_gpu: int = 1  # local runner: units sharing each GPU, their timed calls one at a time
     ray_address: str | None = None  # auto or HOST:PORT; None: a Ray instance of its own
     command: str = "solforge bench"
     library: bool = False  # also time the library baseline that fits each problem

@@ -55,7 +55,7 @@ def bench_command(
                                                         "or the Ray cluster's GPUs / CPUs)."),
     per_gpu: int = typer.Option(1, "--per-gpu", help="Local runner: units that share each GPU "
                                                      "(2-8): their correctness rounds side by "
-                                                     "side, their timed loops one at a time."),
+                                                     "side, their timed calls one at a time."),
     fresh: bool = typer.Option(False, "--fresh", help="Measure again what the store holds."),
     library: bool = typer.Option(False, "--library",
                                  help="Also time the library baseline that fits each problem "

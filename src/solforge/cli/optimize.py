@@ -41,7 +41,7 @@ def optimize(
                                                         "the Ray cluster's)."),
     per_gpu: int = typer.Option(1, "--per-gpu", help="Local runner: candidates that share each GPU "
                                                      "(2-8): their correctness rounds side by "
-                                                     "side, their timed loops one at a time."),
+                                                     "side, their timed calls one at a time."),
     device: str = typer.Option(None, help="cuda or cpu (default: cuda when present)."),
     hardware: str = typer.Option(None, help="Profile for T_SOL (default: the GPU, or H200)."),
     output: Path = typer.Option(None, "-o", help="Where to write the best solution JSON."),

@@ -4,9 +4,10 @@ Most of a candidate's GPU-machine time is not timing: the unit's and the worker'
 candidate's import and its kernels' first compile (in the first correctness call), the
 correctness rounds, closing the worker. With one unit per GPU the GPU idles through all of it.
 A local runner that puts several units on one GPU (`LocalRunner(per_gpu=N)`) gives each of
-them this lock, a reader-writer lock between processes: a workload's correctness rounds hold it
-shared (any number of units compute their outputs side by side: nothing there is timed), its
-timed loop holds it exclusively (no other unit's work is on the device while a time is taken).
+them this lock, a reader-writer lock between processes: a workload's correctness rounds and its
+timed loop's warm-up hold it shared (any number of units compute side by side: nothing there is
+timed), its timed calls hold it exclusively (no other unit's work is on the device while a
+time is taken).
 Everything else (starts, imports, builds, closing) takes no lock at all, as a spare unit's start
 never did.
 

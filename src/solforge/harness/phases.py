@@ -34,7 +34,8 @@ The phases the harness records (seconds, wall clock, in the process that drives 
 - `eager/...`, `compile/...`: timing the reference as a baseline, by the phases above
   (`compile/correctness` holds torch.compile's own compile, in the first round).
 - `device_wait`: waiting for a GPU shared with other units (device_lock.py): shared for the
-  correctness rounds, alone for the timed loop; zero on a GPU of one's own.
+  correctness rounds and the timed loop's warm-up, alone for its timed calls; zero on a GPU of
+  one's own.
 - `held:shared`, `held:exclusive`: how long the unit held that GPU's lock in each mode once it
   had it. These overlap the phases above (they are what the rounds and the timed loops ran
   under), so they are *held* totals, left out of the sum that adds up to the wall time (see

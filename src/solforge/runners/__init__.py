@@ -45,7 +45,7 @@ def open_runner(kind: str, device: str, workers: int | None = None,
     process per visible GPU (per core in CPU mode), `ray` one Ray task per unit on the cluster
     at `ray_address` ("auto", "HOST:PORT", or None for an instance of its own). `workers`
     caps how many units run at once. `per_gpu` > 1 (local, GPUs): that many units share each
-    GPU, their timed loops one at a time (harness/device_lock.py)."""
+    GPU, their timed calls one at a time (harness/device_lock.py)."""
     if workers is not None and workers < 1:
         raise SolforgeError(f"--workers {workers}: at least one worker is needed")
     if kind == "local":

@@ -3,11 +3,11 @@
 A slot is one visible GPU (the unit's process sees only it, through CUDA_VISIBLE_DEVICES) or,
 in CPU mode, one core. With `per_gpu` N > 1, N slots share each GPU: a GPU is otherwise idle
 while a unit starts, imports and compiles its candidate and closes, and the N units take turns
-on it through its device lock (harness/device_lock.py: their correctness rounds side by side,
-each timed loop alone). Each unit runs in a new interpreter (`python -m solforge.runners.unit`)
-that lives as long as the unit: a crash, a leak or a kill -9 ends that process alone, its slot
-goes back to the pool and the unit is started again (see base.py). Inside, the harness starts
-the candidate's own worker process as it always does.
+on it through its device lock (harness/device_lock.py: their correctness rounds and warm-ups
+side by side, each loop's timed calls alone). Each unit runs in a new interpreter
+(`python -m solforge.runners.unit`) that lives as long as the unit: a crash, a leak or a
+kill -9 ends that process alone, its slot goes back to the pool and the unit is started again
+(see base.py). Inside, the harness starts the candidate's own worker process as it always does.
 
 A C++/CUDA solution is compiled ahead, on the CPU cores, the moment it is submitted
 (`prebuilt.build_unit` in a thread; the compiler runs in a process of its own): it takes a slot
@@ -128,7 +128,7 @@ def gpu_slots(device: torch.device, workers: int | None, per_gpu: int = 1,
               locks: Path | None = None) -> list[Slot]:
     """`per_gpu` slots per visible GPU (only the named one for `cuda:N`), at most `workers`,
     spread over the GPUs first. Slots that share a GPU share its device lock, a folder under
-    `locks` (device_lock.py): their timed loops never overlap anything on that GPU."""
+    `locks` (device_lock.py): their timed calls never overlap anything on that GPU."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = ([i.strip() for i in visible.split(",") if i.strip()] if visible is not None
            else [str(i) for i in range(torch.cuda.device_count())])
