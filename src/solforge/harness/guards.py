@@ -193,6 +193,10 @@ class IdentitySnapshot:
         for name, cls in _watched_classes().items():
             self._take(name, cls)
         self.flat = tuple(_flat(self.namespaces, kind) for kind in (dict, MappingProxyType))
+        # every name of each watched class, not only its callables: a name added later (a
+        # `__getattribute__` given to the guards' class) changes what the old ones do
+        self.class_names = tuple((n.label, n.names, frozenset(n.names)) for n in self.namespaces
+                                 if type(n.names) is MappingProxyType)
         self.others = tuple(n for n in self.namespaces  # none in practice
                             if type(n.names) not in (dict, MappingProxyType))
         self.trace_hooks = _trace_hooks()
@@ -218,21 +222,27 @@ class IdentitySnapshot:
 
     def changed(self) -> list[str]:
         """Names now bound to another object (or gone), modules swapped or given another type,
-        trace hooks set, harness objects altered."""
+        trace hooks set, harness objects altered. Its own state is read with object's lookup,
+        never through a `__getattribute__` given to its class (which this check reports)."""
+        read = object.__getattribute__
         found = []
-        for get, mappings, attributes, values, labels in self.flat:
-            if any(map(self.is_not, map(get, mappings, attributes), values)):
+        is_not = read(self, "is_not")
+        for get, mappings, attributes, values, labels in read(self, "flat"):
+            if any(map(is_not, map(get, mappings, attributes), values)):
                 found += [label for label, names, attribute, value
                           in zip(labels, mappings, attributes, values)
                           if get(names, attribute) is not value]
-        found += [label for namespace in self.others for label in namespace.changed()]
-        found += [f"sys.modules[{name!r}]" for name, module in self.modules.items()
+        found += [f"{label}.{name} (added)" for label, names, then in read(self, "class_names")
+                  if names.keys() != then for name in sorted(names.keys() - then)]
+        found += [label for namespace in read(self, "others") for label in namespace.changed()]
+        modules, module_types = read(self, "modules"), read(self, "module_types")
+        found += [f"sys.modules[{name!r}]" for name, module in modules.items()
                   if sys.modules.get(name) is not module]
-        found += [f"type({name})" for name, module in self.modules.items()
-                  if type(module) is not self.module_types[name]]
-        if _trace_hooks() != self.trace_hooks:
+        found += [f"type({name})" for name, module in modules.items()
+                  if type(module) is not module_types[name]]
+        if _trace_hooks() != read(self, "trace_hooks"):
             found.append("sys.settrace/sys.setprofile/threading hooks")
-        for label, (instance, kind, state, mutable) in self.pinned.items():
+        for label, (instance, kind, state, mutable) in read(self, "pinned").items():
             if type(instance) is not kind:
                 found.append(f"type({label})")
             now = {k: v for k, v in vars(instance).items() if k not in mutable}
@@ -582,7 +592,9 @@ class Guards:
         compute them there, after the timed call, and unregister itself before anyone looked
         (tests/exploits/hand_over_hook)."""
         found = []
-        changed = self._changed()
+        # object's own lookup, not the class's: a `__getattribute__` given to this class later
+        # does not answer for the identity check, which is what reports it
+        changed = object.__getattribute__(self, "_changed")()
         if changed:
             found.append(Violation(f"replaced harness or timing functions: "
                                    f"{', '.join(changed[:8])}"))
