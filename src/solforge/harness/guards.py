@@ -84,6 +84,9 @@ WATCHED_OPS = (
     "profiler::_record_function_enter_new", "profiler::_record_function_exit._RecordFunction",
     "profiler::_record_function_exit",
 )
+# Watched classes whose set of names is not compared, only the names they had: libraries a
+# candidate may import add methods to them (to `torch.Tensor` above all).
+OPEN_CLASSES = frozenset({"torch.Tensor", "torch._C.TensorBase", "threading.Thread"})
 _PR_SET_CHILD_SUBREAPER = 36
 # Threads started from these packages belong to the libraries, not to the candidate.
 LIBRARY_PACKAGES = ("torch", "triton")
@@ -194,9 +197,11 @@ class IdentitySnapshot:
             self._take(name, cls)
         self.flat = tuple(_flat(self.namespaces, kind) for kind in (dict, MappingProxyType))
         # every name of each watched class, not only its callables: a name added later (a
-        # `__getattribute__` given to the guards' class) changes what the old ones do
+        # `__getattribute__` given to the guards' class) changes what the old ones do. Not the
+        # classes other libraries may extend when a candidate imports them (OPEN_CLASSES).
         self.class_names = tuple((n.label, n.names, frozenset(n.names)) for n in self.namespaces
-                                 if type(n.names) is MappingProxyType)
+                                 if type(n.names) is MappingProxyType
+                                 and n.label not in OPEN_CLASSES)
         self.others = tuple(n for n in self.namespaces  # none in practice
                             if type(n.names) not in (dict, MappingProxyType))
         self.trace_hooks = _trace_hooks()
