@@ -498,6 +498,22 @@ def test_identity_snapshot_sees_a_profiler_record_method_replaced():
     assert snapshot.changed() == []
 
 
+def test_identity_snapshot_sees_a_name_added_to_a_watched_class_but_not_to_an_open_one():
+    """A `__getattribute__` given to a harness class changes what its old names do: an added
+    name is reported. `torch.Tensor` is open (libraries add methods to it): not there."""
+    snapshot = IdentitySnapshot(["time", "solforge.harness.guards"])
+    try:
+        guards.Guards.__getattribute__ = lambda self, name: object.__getattribute__(self, name)
+        torch.Tensor.solforge_test_extra = lambda self: None
+        found = snapshot.changed()
+    finally:
+        del guards.Guards.__getattribute__
+        del torch.Tensor.solforge_test_extra
+    assert found == ["solforge.harness.guards.Guards.__getattribute__ (added)"]
+    assert "torch.Tensor" in guards.OPEN_CLASSES
+    assert snapshot.changed() == []
+
+
 def test_identity_snapshot_sees_a_module_or_object_given_another_class():
     class Link:
         def send(self):
