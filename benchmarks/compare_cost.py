@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import statistics
 import sys
 import time
@@ -33,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from script_common import log, recorded_environment  # noqa: E402
+from script_common import checked_device, log, recorded_environment, write_record  # noqa: E402
 
 from solforge.data.dtypes import storage_shape  # noqa: E402
 from solforge.harness import compare, compare_kernel  # noqa: E402
@@ -127,11 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args(argv)
-    if args.repeats < 1:
-        raise SystemExit("--repeats must be >= 1")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("no CUDA device here: use --device cpu")
-    device = torch.device(args.device)
+    device = checked_device(args.device, args.repeats)
     rows = [row for address in args.problems
             for row in measure(open_problem(address), device, args.repeats)]
     record = {"what": "ms per output comparison (harness/compare.py), alone on the device",
@@ -139,12 +134,7 @@ def main(argv: list[str] | None = None) -> None:
               "one_pass_trusted": device.type == "cuda" and compare.one_pass_trusted(device),
               "rows": rows,
               "ms_median_over_workloads": statistics.median(r["ms_median"] for r in rows)}
-    text = json.dumps(record, indent=1) + "\n"
-    if args.output:
-        args.output.write_text(text)
-        log(f"wrote {args.output}")
-    else:
-        print(text)
+    write_record(record, args.output)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ It says whether the per-call check is dear in itself or only under the load of a
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -34,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from script_common import log, recorded_environment  # noqa: E402
+from script_common import checked_device, log, recorded_environment, write_record  # noqa: E402
 
 from solforge.harness import guards as guard_module  # noqa: E402
 from solforge.harness import worker  # noqa: E402  (the worker's modules, as it loads them)
@@ -93,20 +92,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--repeats", type=int, default=300)
     args = parser.parse_args(argv)
-    if args.repeats < 1:
-        raise SystemExit("--repeats must be >= 1")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("no CUDA device here: use --device cpu")
-    device = torch.device(args.device)
+    device = checked_device(args.device, args.repeats)
     record = {"what": "ms per guard check (harness/guards.py) and its parts, alone on the machine",
               "environment": recorded_environment(args.device), "repeats": args.repeats,
               **measure(device, args.repeats)}
-    text = json.dumps(record, indent=1) + "\n"
-    if args.output:
-        args.output.write_text(text)
-        log(f"wrote {args.output}")
-    else:
-        print(text)
+    write_record(record, args.output)
 
 
 if __name__ == "__main__":

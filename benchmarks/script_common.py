@@ -1,9 +1,11 @@
-"""What the resumable GPU scripts (suite_gpu.py, forge_gpu.py) share: the machine they record,
-a timestamped log line, and how a number is written in their tables."""
+"""What the GPU scripts share: the machine they record, a timestamped log line, how a number is
+written in their tables, and the cost benchmarks' device check and JSON record."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,6 +22,26 @@ def recorded_environment(device: str) -> dict[str, Any]:
                         f"{libs.get('triton', '-')}, CUDA {libs.get('cuda', '-')}, driver "
                         f"{found.get('driver', '-')}")
     return found
+
+
+def checked_device(device: str, repeats: int) -> torch.device:
+    """The device of a cost benchmark (`--device`, `--repeats`), refused with a message where
+    it cannot run."""
+    if repeats < 1:
+        raise SystemExit("--repeats must be >= 1")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device here: use --device cpu")
+    return torch.device(device)
+
+
+def write_record(record: dict[str, Any], output: Path | None) -> None:
+    """The record as JSON into `output`, or on stdout without one."""
+    text = json.dumps(record, indent=1) + "\n"
+    if output:
+        output.write_text(text)
+        log(f"wrote {output}")
+    else:
+        print(text)
 
 
 def log(message: str) -> None:

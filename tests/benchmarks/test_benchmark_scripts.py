@@ -506,6 +506,19 @@ def test_timer_cost_says_it_needs_a_gpu_and_writes_nothing(tmp_path, run_here):
     assert not out.exists()
 
 
+def test_guard_cost_times_the_check_and_each_part_and_refuses_no_repeats(tmp_path, run_here):
+    out = tmp_path / "guard-cost.json"
+    run_here(REPO / "benchmarks" / "guard_cost.py", "--device", "cpu", "--repeats", "3",
+             "-o", str(out))
+    record = json.loads(out.read_text())
+    parts = {"check", "identities", "hooks", "dispatch_dumps", "python_kernels", "audit",
+             "threads", "poisoned_outputs"}
+    assert set(record["ms_median"]) == parts and all(v > 0 for v in record["ms_median"].values())
+    assert record["watched_ops"] > 20 and record["watched_names"] > 1000
+    done = run_here(REPO / "benchmarks" / "guard_cost.py", "--repeats", "0", check=False)
+    assert done.returncode == 1 and "--repeats must be >= 1" in done.stderr
+
+
 def test_compare_cost_times_every_workload_of_a_problem(tmp_path, run_here):
     """CPU mode times the same comparison on each workload's real outputs (no kernels to
     count there); a GPU call adds the kernels one comparison launches."""
