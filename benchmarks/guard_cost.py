@@ -8,7 +8,9 @@ an H100 (2026-12-05) that was 0.11 s per timed loop, about 3 ms per call, where 
 took 0.76 ms on a 2-core CPU machine with PyTorch's CPU build. This builds the guards the way a
 worker does (the harness's modules imported, on the device) and times, in ms per call (median
 of `--repeats` after 20 untimed), the whole check and each of its parts:
-- `identities`: every watched name, `sys.modules` entry and harness object, by identity;
+- `identities`: every watched name, `sys.modules` entry and harness object, by identity, and
+  every watched Python function's code, defaults and closure (harness/identities.py; the
+  worker runs it in the frame that called the candidate, the moment the call returns);
 - `hooks`: the dispatcher entries (`dispatch_dumps`, one `_dispatch_dump` per watched op), the
   Python kernels on those ops (`python_kernels`) and the mode stacks;
 - `threads`: the signal masks of the process's threads and the CPU time of its Python threads
@@ -81,7 +83,8 @@ def measure(device: torch.device, repeats: int) -> dict[str, Any]:
         log(f"{name:<18} {ms:.4f} ms")
     identities = guards.identities
     return {"ms_median": rows, "watched_ops": len(guards.hooks.ops),
-            "watched_names": sum(len(flat[2]) for flat in identities.flat),
+            "watched_names": identities.watched_names(),
+            "watched_functions": identities.watched_functions(),
             "dispatch_dump_chars": sum(len(guard_module._dispatch_dump(op) or "")
                                        for op in guards.hooks.ops)}
 

@@ -36,7 +36,7 @@ from solforge.data.trace import (
     read_traces,
 )
 from solforge.data.workload import Tolerance
-from solforge.harness import compare, guards, protocol
+from solforge.harness import compare, guards, identities, protocol
 from solforge.harness.channel import (
     ChannelClosed,
     ChannelForged,
@@ -49,11 +49,11 @@ from solforge.harness.compare import compare_outputs, required_count
 from solforge.harness.evaluate import EvalConfig, disqualify, evaluate, select_workloads
 from solforge.harness.guards import (
     HookSnapshot,
-    IdentitySnapshot,
     ThreadOrigins,
     WorkAfterReturn,
     live_children,
 )
+from solforge.harness.identities import IdentitySnapshot
 from solforge.harness.judge import (
     ForgedTiming,
     Judge,
@@ -471,16 +471,16 @@ def test_identity_snapshot_is_not_blinded_by_patching_its_own_helpers():
     """The check reads the watched names itself (no method of `Namespace` is looked up on the
     way), so a candidate that patches the helper class to report nothing is seen, and so is
     the patch."""
-    snapshot = IdentitySnapshot(["time", "solforge.harness.guards"])
-    original, changed = time.perf_counter, guards.Namespace.changed
+    snapshot = IdentitySnapshot(["time", "solforge.harness.identities"])
+    original, changed = time.perf_counter, identities.Namespace.changed
     try:
-        guards.Namespace.changed = lambda self: []
+        identities.Namespace.changed = lambda self: []
         time.perf_counter = lambda: 0.0
         found = snapshot.changed()
     finally:
-        time.perf_counter, guards.Namespace.changed = original, changed
+        time.perf_counter, identities.Namespace.changed = original, changed
     assert "time.perf_counter" in found
-    assert "solforge.harness.guards.Namespace.changed" in found
+    assert "solforge.harness.identities.Namespace.changed" in found
     assert snapshot.changed() == []
 
 
@@ -510,7 +510,7 @@ def test_identity_snapshot_sees_a_name_added_to_a_watched_class_but_not_to_an_op
         del guards.Guards.__getattribute__
         del torch.Tensor.solforge_test_extra
     assert found == ["solforge.harness.guards.Guards.__getattribute__ (added)"]
-    assert "torch.Tensor" in guards.OPEN_CLASSES
+    assert "torch.Tensor" in identities.OPEN_CLASSES
     assert snapshot.changed() == []
 
 

@@ -4,15 +4,13 @@ The worker belongs to the candidate from its first import, so nothing here decid
 alone: inputs come from the driver, outputs go to the driver the moment a call returns, and the
 driver recomputes every statistic. These checks catch what a candidate does to the process it
 shares with the harness, so that it cannot see or change the harness's work between calls:
-- monkey-patching: every callable of solforge's modules loaded in the worker (timing, channel,
-  shared area, guards, worker...) and of the classes they define, of `time`, `os`, `builtins`,
-  `torch`, the profiler modules and the stdlib modules the channel and the timer use, and of
-  the classes the measurement relies on (the profiler's kernel records among them), is
-  snapshotted before the candidate is imported and compared by identity (`is`); so are
-  `sys.modules` entries, the type of each watched module and harness object (a `__class__` set
-  to a subclass that answers attribute lookups itself), the trace/profile hooks, and the
-  instance state of the harness's own objects (a guard hook set to None, a wrapped `send`, a
-  swapped record);
+- monkey-patching (identities.py): every callable of the watched modules and classes, every
+  name of solforge's modules, every watched function's code, defaults and closure, the
+  `sys.modules` entries, the type of each watched module and harness object, the trace,
+  profile and frame-evaluation hooks, and the instance state of the harness's own objects
+  (pins: a guard hook set to None, a wrapped `send`, a swapped record), snapshotted before the
+  candidate is imported; the worker compares them in the frame that called the candidate, the
+  moment each call returns (return_check.py);
 - hooks that see the harness's tensors: PyTorch dispatcher entries of the ops the harness runs
   (a `torch.library` kernel that replaces `copy_` or the random-number kernels, bit for bit the
   same numbers), Python kernels on those ops, the TorchFunctionMode and TorchDispatchMode stacks,
@@ -28,46 +26,40 @@ shares with the harness, so that it cannot see or change the harness's work betw
   still alive after a call is flagged too. The worker is made a child subreaper, so a
   double-forked daemon re-parents to it and stays visible;
 - the current CUDA stream left switched to a side stream.
-Each finding is a `Violation`, reported as REWARD_HACK with the evidence. What a call can leave
-for the harness's work after it (names, hooks, callbacks, forks, the stream) is checked the
-moment it returns (`check_returned`), before the harness copies its outputs: a hook that runs
-in that copy and then removes itself is gone by the next call. What other threads did is
-checked before the next call (`check_threads`), which closes the window between the two. The
-worker binds every function it calls between a return and that check before the call, so a
-patch that restores itself once called is still in place when the check looks.
+Each finding is a `Violation`, reported as REWARD_HACK with the evidence (the worker's own
+check at a return ends the process instead: return_check.py). What a call can leave for the
+harness's work after it (hooks, callbacks, forks, the stream) is checked right after that,
+before the harness copies its outputs (`check_returned`): a hook that runs in that copy and
+then removes itself is gone by the next call. What other threads did is checked before the
+next call (`check_threads`), which closes the window between the two.
 """
 
 from __future__ import annotations
 
 import ctypes
 import gc
-import importlib
-import operator
 import os
 import sys
 import sysconfig
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from types import MappingProxyType, ModuleType
 from typing import Any
 
 import torch
 
 from solforge.harness import signals
-
-WATCHED_MODULES = (
-    "time", "os", "io", "select", "struct", "json", "hmac", "hashlib", "secrets", "math",
-    "builtins", "threading", "signal",
-    "torch", "torch.cuda", "torch.profiler", "torch.autograd.profiler", "torch.library",
-    "torch.overrides", "solforge.measure.timing", "solforge.measure.clocks",
-    "solforge.harness.channel", "solforge.harness.area", "solforge.harness.handover",
-    "solforge.harness.vmm",
-    "solforge.harness.guards", "solforge.harness.worker", "solforge.harness.protocol",
-    "solforge.problem.outputs",
+from solforge.harness.identities import (
+    WATCHED_MODULES,
+    IdentitySnapshot,
+    function_changes,
+    harness_modules,
+    identity_changes,
+    install_tamper_hook,
 )
+
 # The aten ops the worker runs on inputs and outputs (receive, copy to the device, poison,
 # compare, hand over) and the random-number kernels: a kernel registered over one of them sees
 # every tensor the harness moves through it.
@@ -84,9 +76,6 @@ WATCHED_OPS = (
     "profiler::_record_function_enter_new", "profiler::_record_function_exit._RecordFunction",
     "profiler::_record_function_exit",
 )
-# Watched classes whose set of names is not compared, only the names they had: libraries a
-# candidate may import add methods to them (to `torch.Tensor` above all).
-OPEN_CLASSES = frozenset({"torch.Tensor", "torch._C.TensorBase", "threading.Thread"})
 _PR_SET_CHILD_SUBREAPER = 36
 # Threads started from these packages belong to the libraries, not to the candidate.
 LIBRARY_PACKAGES = ("torch", "triton")
@@ -107,165 +96,6 @@ _AUDITED = ("sys.addaudithook", "sys.monitoring.register_callback")
 @dataclass(frozen=True)
 class Violation:
     message: str
-
-
-def _harness_modules() -> list[str]:
-    """Every solforge module loaded before the candidate: whatever of the harness runs in the
-    worker (the shared area's `write` hands outputs over after the timed window; a replaced one
-    could compute them there)."""
-    return sorted(name for name, module in list(sys.modules.items())
-                  if name.startswith("solforge.") and isinstance(module, ModuleType))
-
-
-def _watched_classes() -> dict[str, type]:
-    """The classes whose methods the measurement calls. The profiler's own result classes are
-    among them: the GPU timer reads each kernel's start and end from `_KinetoEvent` records, a
-    pybind class whose methods Python can reassign (`start_ns = lambda self: ...` would shrink
-    every kernel)."""
-    from torch.autograd import profiler as autograd_profiler
-    from torch.profiler import profile
-    from torch.profiler import profiler as kineto_profiler
-    from torch.utils._device import DeviceContext
-
-    classes = {"torch.Tensor": torch.Tensor, "torch._C.TensorBase": torch._C.TensorBase,
-               "torch.cuda.Event": torch.cuda.Event,
-               "torch.cuda.Stream": torch.cuda.Stream,
-               "torch.cuda.CUDAGraph": torch.cuda.CUDAGraph,
-               "torch.profiler.profile": profile,
-               "record_function": autograd_profiler.record_function,
-               "torch.autograd.profiler.profile": autograd_profiler.profile,
-               "threading.Thread": threading.Thread, "DeviceContext": DeviceContext}
-    for label, owner, name in (("_KinetoProfile", kineto_profiler, "_KinetoProfile"),
-                               ("_ProfilerResult", torch._C._autograd, "_ProfilerResult"),
-                               ("_KinetoEvent", torch._C._autograd, "_KinetoEvent")):
-        found = getattr(owner, name, None)  # private: present in the PyTorch builds we run
-        if isinstance(found, type):
-            classes[label] = found
-    return classes
-
-
-@dataclass(frozen=True, slots=True)  # no instance dict: no attribute can shadow `changed`
-class Namespace:
-    """The watched names of one module or class: its namespace (a module's `__dict__` and a
-    class's mapping proxy are live views that cannot be replaced) and what each name held."""
-
-    label: str
-    names: Mapping[str, Any]  # vars(owner), live
-    attributes: tuple[str, ...]
-    values: tuple[Any, ...]
-
-    def changed(self) -> list[str]:
-        """The names bound to another object now; the common case (none) without a Python
-        loop: the lookups and identity tests run in C (a check follows every call)."""
-        now = tuple(map(self.names.get, self.attributes))  # a missing name reads None
-        if not any(map(operator.is_not, now, self.values)):
-            return []
-        return [f"{self.label}.{a}" for a, v, w in zip(self.attributes, now, self.values)
-                if v is not w]
-
-
-def _flat(namespaces: Iterable[Namespace], kind: type) -> tuple[Any, ...]:
-    """Every watched name of the namespaces of one mapping type, in one sequence: (the type's
-    `get`, each name's namespace, the names, what each held, their labels). A check follows
-    every timed call, and one pass of `map` over the few thousand names (lookups and identity
-    tests in C) took 0.19 ms where a Python call per namespace took 0.31 (239 namespaces, about
-    4,700 names, on a 2-core CPU; the whole check 0.74 ms, was 0.86). The type's `get`, not
-    the instance's: no attribute of a mapping answers for it. Plain tuples: the check looks up
-    no method of a class a candidate could patch (the labels come from here, not from
-    `Namespace.changed`)."""
-    picked = [n for n in namespaces if type(n.names) is kind]
-    return (kind.get, tuple(n.names for n in picked for _ in n.attributes),
-            tuple(a for n in picked for a in n.attributes),
-            tuple(v for n in picked for v in n.values),
-            tuple(f"{n.label}.{a}" for n in picked for a in n.attributes))
-
-
-class IdentitySnapshot:
-    """The objects bound to every watched name, to be compared by identity later, and the
-    type of every watched module and pinned object: a module's `__class__` can be set to a
-    subclass whose `__getattribute__` answers `time.perf_counter` with something else while
-    the module's namespace still holds the original."""
-
-    def __init__(self, module_names: Iterable[str] = WATCHED_MODULES) -> None:
-        self.modules = {name: importlib.import_module(name) for name in module_names}
-        self.module_types = {name: type(module) for name, module in self.modules.items()}
-        self.namespaces: list[Namespace] = []
-        self.pinned: dict[str, tuple[Any, type, dict[str, Any], frozenset[str]]] = {}
-        for name, module in self.modules.items():
-            self._take(name, module)
-        for name, cls in _watched_classes().items():
-            self._take(name, cls)
-        self.flat = tuple(_flat(self.namespaces, kind) for kind in (dict, MappingProxyType))
-        # every name of each watched class, not only its callables: a name added later (a
-        # `__getattribute__` given to the guards' class) changes what the old ones do. Not the
-        # classes other libraries may extend when a candidate imports them (OPEN_CLASSES).
-        self.class_names = tuple((n.label, n.names, frozenset(n.names)) for n in self.namespaces
-                                 if type(n.names) is MappingProxyType
-                                 and n.label not in OPEN_CLASSES)
-        self.others = tuple(n for n in self.namespaces  # none in practice
-                            if type(n.names) not in (dict, MappingProxyType))
-        self.trace_hooks = _trace_hooks()
-        # bound now (and pinned with this object): `operator` is no module the check watches,
-        # and an `operator.is_not` replaced by one that answers False would blind it
-        self.is_not = operator.is_not
-
-    def _take(self, label: str, owner: ModuleType | type) -> None:
-        watched = {}
-        for attribute, value in list(vars(owner).items()):
-            if callable(value) or isinstance(value, (staticmethod, classmethod, property)):
-                watched[attribute] = value
-            if isinstance(owner, ModuleType) and _defined_by_harness(value, owner):
-                self._take(f"{label}.{attribute}", value)  # the harness's own classes' methods
-        self.namespaces.append(Namespace(label, vars(owner), tuple(watched),
-                                         tuple(watched.values())))
-
-    def pin(self, label: str, instance: object, mutable: Iterable[str] = ()) -> None:
-        """Watch an object of the harness: its type, and every attribute but `mutable`
-        (counters) must keep its identity, and none may be added or removed."""
-        state = {k: v for k, v in vars(instance).items() if k not in set(mutable)}
-        self.pinned[label] = (instance, type(instance), state, frozenset(mutable))
-
-    def changed(self) -> list[str]:
-        """Names now bound to another object (or gone), modules swapped or given another type,
-        trace hooks set, harness objects altered. Its own state is read with object's lookup,
-        never through a `__getattribute__` given to its class (which this check reports)."""
-        read = object.__getattribute__
-        found = []
-        is_not = read(self, "is_not")
-        for get, mappings, attributes, values, labels in read(self, "flat"):
-            if any(map(is_not, map(get, mappings, attributes), values)):
-                found += [label for label, names, attribute, value
-                          in zip(labels, mappings, attributes, values)
-                          if get(names, attribute) is not value]
-        found += [f"{label}.{name} (added)" for label, names, then in read(self, "class_names")
-                  if names.keys() != then for name in sorted(names.keys() - then)]
-        found += [label for namespace in read(self, "others") for label in namespace.changed()]
-        modules, module_types = read(self, "modules"), read(self, "module_types")
-        found += [f"sys.modules[{name!r}]" for name, module in modules.items()
-                  if sys.modules.get(name) is not module]
-        found += [f"type({name})" for name, module in modules.items()
-                  if type(module) is not module_types[name]]
-        if _trace_hooks() != read(self, "trace_hooks"):
-            found.append("sys.settrace/sys.setprofile/threading hooks")
-        for label, (instance, kind, state, mutable) in read(self, "pinned").items():
-            if type(instance) is not kind:
-                found.append(f"type({label})")
-            now = {k: v for k, v in vars(instance).items() if k not in mutable}
-            found += [f"{label}.{k}" for k in state.keys() | now.keys()
-                      if now.get(k, _MISSING) is not state.get(k, _MISSING)]
-        return found
-
-
-_MISSING = object()
-
-
-def _defined_by_harness(value: Any, module: ModuleType) -> bool:
-    return (isinstance(value, type) and value.__module__ == module.__name__
-            and module.__name__.startswith("solforge."))
-
-
-def _trace_hooks() -> tuple[Any, ...]:
-    return (sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile())
 
 
 class HookSnapshot:
@@ -353,6 +183,10 @@ class AuditWatch:
         sys.addaudithook(hook)
         self._counts = counts
         self.seen = dict(counts)
+
+    def settle(self) -> None:
+        """What was counted so far is the harness's own (its tamper hook, identities.py)."""
+        self.seen = dict(self._counts)
 
     def changed(self) -> list[str]:
         return [f"{event} ({self._counts[event] - self.seen[event]} time(s))"
@@ -562,7 +396,7 @@ class Guards:
         self.device = device
         self.audit = AuditWatch()  # first: it sees every hook added after it
         self.thread_origins = ThreadOrigins()  # before the snapshot: its wrapper is watched too
-        self.identities = IdentitySnapshot((*WATCHED_MODULES, *_harness_modules()))
+        self.identities = IdentitySnapshot((*WATCHED_MODULES, *harness_modules()))
         self.hooks = HookSnapshot()
         self._changed = self.identities.changed  # bound now: patching the class later is seen
         self._hooks_changed = self.hooks.changed
@@ -578,31 +412,54 @@ class Guards:
         self.identities.pin(label, instance, mutable)
 
     def unpin(self, label: str) -> None:
-        self.identities.pinned.pop(label, None)
+        self.identities.unpin(label)
+
+    def end_on_tampering(self) -> None:
+        """From now on, a watched function given new code or defaults ends this process
+        (identities.install_tamper_hook; the worker's, never a process that merely checks)."""
+        install_tamper_hook(self.identities)
+        self.audit.settle()  # that hook is the harness's own
+
+    def root(self) -> tuple[Any, ...]:
+        """What the worker binds before each call to run the identity check the moment it
+        returns (worker.py): the check, its code and defaults as they are now, before the
+        candidate exists, and the snapshot's state."""
+        return (identity_changes, identity_changes.__code__, identity_changes.__defaults__,
+                self.identities.state)
 
     def returned(self) -> None:
         """A call has just returned: from now on, other threads should be idle."""
         self.after_return.mark()
 
-    def check(self, children: bool = True) -> list[Violation]:
+    def check(self, children: bool = True, functions: bool = False) -> list[Violation]:
         """Every violation since the snapshot; `children` also scans /proc for child
-        processes (tens of milliseconds on a busy machine: not between timed calls)."""
-        return self.check_returned() + self.check_threads(children)
+        processes (tens of milliseconds on a busy machine: not between timed calls);
+        `functions` also compares each watched function's code and defaults (what the tamper
+        hook stops as it happens: a millisecond, once per workload)."""
+        return (self.check_identities(functions) + self.check_returned()
+                + self.check_threads(children))
 
-    def check_returned(self) -> list[Violation]:
-        """What a call can leave for the harness's own work after it, checked the moment it
-        returns, before the harness touches its outputs: replaced names, hooks that see the
-        harness's tensors, collector callbacks, forks, the current stream. Checked only before
-        the next call, a kernel registered over the copy that hands the outputs over could
-        compute them there, after the timed call, and unregister itself before anyone looked
-        (tests/exploits/hand_over_hook)."""
-        found = []
+    def check_identities(self, functions: bool = False) -> list[Violation]:
+        """Replaced names and functions (identities.py). After each call the worker runs this
+        check itself, from the frame that called the candidate (worker.py)."""
         # object's own lookup, not the class's: a `__getattribute__` given to this class later
         # does not answer for the identity check, which is what reports it
         changed = object.__getattribute__(self, "_changed")()
-        if changed:
-            found.append(Violation(f"replaced harness or timing functions: "
-                                   f"{', '.join(changed[:8])}"))
+        if functions:
+            changed += function_changes(self.identities.state)
+        if not changed:
+            return []
+        return [Violation(f"replaced harness or timing functions: {', '.join(changed[:8])}")]
+
+    def check_returned(self) -> list[Violation]:
+        """What a call can leave for the harness's own work after it, checked the moment it
+        returns, before the harness touches its outputs: hooks that see the harness's tensors,
+        collector callbacks, forks, the current stream (the names and functions were checked
+        before this, at the return itself). Checked only before the next call, a kernel
+        registered over the copy that hands the outputs over could compute them there, after
+        the timed call, and unregister itself before anyone looked
+        (tests/exploits/hand_over_hook)."""
+        found = []
         hooks = self._hooks_changed() + self.audit.changed()
         if hooks:
             found.append(Violation(f"installed hooks that see the harness's tensors: "

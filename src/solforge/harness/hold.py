@@ -38,16 +38,29 @@ _set_interval = sys.setswitchinterval
 _get_interval = sys.getswitchinterval
 
 
+def hold(_get=_get_interval, _set=_set_interval, _hold_s=HOLD_S) -> float:
+    """Hold the other Python threads off; the interval this replaced. A plain function with
+    everything bound as a default at import, touching no object's attributes: it runs between
+    a call's return and the check of what a candidate could have changed (worker.py)."""
+    old = _get()
+    _set(_hold_s)
+    return old
+
+
 class OtherThreadsHeld:
-    """`hold()` as a call returns, `release()` once its outputs are with the driver."""
+    """`hold()` as a call returns (or `keep` the interval `hold` replaced), `release()` once
+    its outputs are with the driver."""
 
     def __init__(self) -> None:
         self.saved: float | None = None
 
     def hold(self) -> None:
+        self.keep(hold())
+
+    def keep(self, interval: float) -> None:
+        """The interval to restore (the first one, if held twice)."""
         if self.saved is None:
-            self.saved = _get_interval()
-        _set_interval(HOLD_S)
+            self.saved = interval
 
     def release(self) -> None:
         if self.saved is not None:

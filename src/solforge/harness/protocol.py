@@ -69,6 +69,13 @@ REFERENCE_EAGER = "eager"
 REFERENCE_COMPILE = "compile"
 ROLES = (CANDIDATE, REFERENCE_EAGER, REFERENCE_COMPILE)
 
+# How a worker ends when its check at a call's return (or after the import) finds the harness
+# altered: at once, with this code and a line on stderr that starts with TAMPERED_MARK, since
+# what would report it the usual way may be what was altered. The driver reads it as
+# REWARD_HACK (a candidate that exits with it itself only accuses itself).
+TAMPERED_EXIT = 86
+TAMPERED_MARK = "solforge-tampered:"
+
 
 @dataclass(frozen=True)
 class WorkerConfig:

@@ -99,8 +99,7 @@ class WorkerSession:
         except ChannelTimeout:
             raise WorkerLost(Status.TIMEOUT, f"time limit reached: {waiting_for}") from None
         except ChannelClosed as exc:
-            raise WorkerLost(Status.RUNTIME_ERROR, f"{self._exit_note()}; {exc}: the result "
-                                                   "is incomplete") from None
+            raise self._lost(f"; {exc}: the result is incomplete") from None
         except ChannelForged as exc:
             raise WorkerLost(Status.REWARD_HACK, f"result channel tampered with: {exc}") from None
         self._check_flood()
@@ -112,8 +111,7 @@ class WorkerSession:
         """Runs while no data is waiting: a dead or flooding worker ends the wait early."""
         self._check_flood()
         if self.process.poll() is not None:
-            raise WorkerLost(Status.RUNTIME_ERROR, f"{self._exit_note()} before sending a "
-                                                   "complete result")
+            raise self._lost(" before sending a complete result")
 
     def _check_flood(self) -> None:
         if self.log.total_bytes > self.limits.log_limit_bytes:
@@ -121,19 +119,33 @@ class WorkerSession:
                              f"wrote more than {self.limits.log_limit_bytes >> 20} MiB to "
                              "stdout/stderr (output flood)")
 
-    def _exit_note(self) -> str:
+    def _lost(self, how: str) -> WorkerLost:
+        """The worker ended: RUNTIME_ERROR, or REWARD_HACK where its own check found the
+        harness altered (protocol.TAMPERED_EXIT, with what it found on stderr)."""
+        returncode = self._returncode()
+        if returncode == protocol.TAMPERED_EXIT:
+            self.log.wait(1)
+            found = [line for line in self.log.text().splitlines()
+                     if line.startswith(protocol.TAMPERED_MARK)]
+            what = found[-1].removeprefix(protocol.TAMPERED_MARK).strip() if found else "?"
+            return WorkerLost(Status.REWARD_HACK, f"harness or timing state replaced or "
+                                                  f"altered during the call, found by the "
+                                                  f"worker's own check {what}"[:2000])
+        return WorkerLost(Status.RUNTIME_ERROR,
+                          f"the candidate's process {describe_exit(returncode)}{how}")
+
+    def _returncode(self) -> int | None:
         try:
-            returncode = self.process.wait(timeout=1)
+            return self.process.wait(timeout=1)
         except Exception:
-            returncode = None
-        return f"the candidate's process {describe_exit(returncode)}"
+            return None
+
 
     def _guarded(self, send, *args) -> None:
         try:
             send(*args)
         except (BrokenPipeError, OSError):
-            raise WorkerLost(Status.RUNTIME_ERROR,
-                             f"{self._exit_note()} (its command pipe is closed)") from None
+            raise self._lost(" (its command pipe is closed)") from None
 
     def close(self) -> None:
         """Kill the worker and all it started (nothing it could still send is wanted)."""

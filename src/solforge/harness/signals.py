@@ -51,17 +51,23 @@ def children_start_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def block() -> int:
+# The libc function `block` calls, bound once (its `errcheck`, `restype` and `argtypes` are
+# attributes a candidate could set: the worker checks them before each use).
+SIGMASK = _libc.pthread_sigmask
+
+
+def block(_sigmask=SIGMASK, _byref=ctypes.byref, _sigset=_SIGSET, _bits=BLOCKED_BITS,
+          _how=int(signal.SIG_BLOCK)) -> int:
     """Block every signal in this thread; the bits of those that were unblocked until now.
 
     It runs between a call's return and the end of its timed window, so it calls libc
     directly (a few microseconds; `signal.pthread_sigmask` builds an enum per blocked signal,
-    hundreds of microseconds)."""
-    old = _SIGSET()
-    if _libc.pthread_sigmask(signal.SIG_BLOCK, ctypes.byref(_SIGSET(BLOCKED_BITS)),
-                             ctypes.byref(old)) != 0:
+    hundreds of microseconds), and everything it uses is bound as a default at import: it runs
+    before the check of the names a candidate could have rebound (worker.py)."""
+    old = _sigset()
+    if _sigmask(_how, _byref(_sigset(_bits)), _byref(old)) != 0:
         raise OSError(ctypes.get_errno(), "pthread_sigmask failed")
-    return BLOCKED_BITS & ~old[0]
+    return _bits & ~old[0]
 
 
 def unblocked_threads() -> dict[int, int]:

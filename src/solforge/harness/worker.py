@@ -41,11 +41,19 @@ import torch
 from solforge.data.dtypes import storage_shape
 from solforge.data.trace import Status
 from solforge.data.workload import Workload
-from solforge.harness import handover, jit_keys, protocol, signals, startup, vmm
+from solforge.harness import (
+    handover,
+    jit_keys,
+    protocol,
+    return_check,
+    signals,
+    startup,
+    vmm,
+)
 from solforge.harness.area import TO_DRIVER, TO_WORKER, Area
 from solforge.harness.channel import Frame, FrameReader, FrameWriter
 from solforge.harness.guards import Guards, Violation
-from solforge.harness.hold import OtherThreadsHeld
+from solforge.harness.hold import OtherThreadsHeld, hold
 from solforge.harness.memory import return_spare_memory
 from solforge.harness.protocol import WorkerConfig
 from solforge.measure.timing import ForgedRange, StopRule, Timing, TimingError, time_iterations
@@ -108,6 +116,11 @@ class Worker:
         self.collector_turned_on = False  # by the candidate, during its last call
         self.signals_unblocked = 0  # the signals the last call unblocked (signals.py)
         self.frame_arrived = 0.0  # perf_counter() when the last inputs' frame was read
+        self.returned_at = 0.0  # perf_counter() when the last call returned
+        # (parts, classes) of return_check, taken before the candidate exists, and the tuple a
+        # call's frame binds to check what runs after it (None: no candidate in this process)
+        self.return_parts: tuple[Any, ...] = ()
+        self.root: tuple[Any, ...] | None = None
         self.round_seconds = work_parts()  # this workload's correctness rounds (phases)
 
     # -- setup -----------------------------------------------------------------------------
@@ -124,16 +137,22 @@ class Worker:
             self.guard_check = self.guards.check  # bound before the candidate exists
             self.return_check = self.guards.check_returned
             self.thread_check = self.guards.check_threads
+            self.guards.end_on_tampering()
+            self.return_parts = (return_check.hooks(), return_check.parts(),
+                                 return_check.classes())
             self._pin_harness_objects(self.guards)
+            self._bind_root()
         startup.mark("guards")
         start_marks = startup.marks()  # taken before the candidate's code exists
         began = time.perf_counter()
         try:
-            self.function = self._load_function()
+            self.function = self._run(self._load_function, ())
         except Exception as exc:
             raise CandidateFault(Status.COMPILE_ERROR, f"loading the solution failed:\n"
                                                        f"{_format(exc)}", fatal=True) from None
-        self._check_guards("while being imported", fatal=True)
+        finally:
+            self.held.release()  # no outputs to hand over after an import
+        self._check_guards("while being imported", fatal=True, functions=True)
         self.link.send(protocol.READY, {"import_seconds": time.perf_counter() - began,
                                         "startup": start_marks})
 
@@ -150,19 +169,26 @@ class Worker:
                                      f"{type(exc).__name__}: {exc}\n{_format(exc)}",
                                      fatal=True) from None
 
+    def _bind_root(self) -> None:
+        """The tuple each call's frame binds to check what runs after it (return_check.py),
+        with the identity snapshot's state as it is now (pins change it)."""
+        if self.guards is not None:
+            self.root = return_check.bindings(self.guards.identities.state, self.return_parts)
+
     def _pin_harness_objects(self, guards: Guards) -> None:
         """The harness's own objects keep their state: a guard hook set to None, a wrapped
-        `send` or a swapped reader is seen after the next call."""
+        `send` or a swapped reader is seen after the next call. (`root` changes with the pins:
+        each call's frame checks that it still holds the tuple it bound.)"""
         guards.pin("worker", self, mutable=("function", "reference_module", "handed_over",
                                             "watched_late_writes", "collector_turned_on",
-                                            "signals_unblocked",
+                                            "signals_unblocked", "returned_at", "root",
                                             "frame_arrived"))  # a diagnostic, rewritten here
         guards.pin("worker.link", self.link)
         guards.pin("worker.link.writer", self.link.writer, mutable=("sequence",))
         guards.pin("worker.link.reader", self.link.reader, mutable=("sequence",))
         guards.pin("worker.guards", guards)
         # what the identity check reads (pins are added and removed: `pinned` changes)
-        guards.pin("worker.guards.identities", guards.identities, mutable=("pinned",))
+        guards.pin("worker.guards.identities", guards.identities, mutable=("pinned", "state"))
         guards.pin("worker.guards.after_return", guards.after_return,
                    mutable=("at_return", "returned", "window", "worked_after"))
 
@@ -266,12 +292,14 @@ class Worker:
         calls = TimedCalls(self, workload, slots)
         if self.guards is not None:
             self.guards.pin(TIMED_CALLS, calls)  # its records are not swapped mid-loop
+            self._bind_root()
         try:
             timing = self._time(calls)
-            self._check_guards("during the timed iterations")
+            self._check_guards("during the timed iterations", functions=True)
         finally:
             if self.guards is not None:
                 self.guards.unpin(TIMED_CALLS)  # its inputs are freed with it
+                self._bind_root()
         self.link.send(protocol.TIMING, {"workload": workload.uuid, **_timing_meta(timing),
                                          "worker_seconds": calls.breakdown()})
         self.link.send(protocol.WORKLOAD_DONE, {"workload": workload.uuid})
@@ -302,7 +330,7 @@ class Worker:
         verify, at_return, now = self.verify_return, self.return_check, time.perf_counter
         called = now()
         result = self.call(inputs, buffers)
-        returned = now()
+        returned = self.returned_at  # the checks at the return are not the call's
         verify(at_return, f"at the return of correctness round {number}")
         checked = now()
         synchronize(self.device)
@@ -372,29 +400,70 @@ class Worker:
         self._check_guards("after a wrong correctness round", children=False)
 
     def call(self, inputs: list[Any], buffers: OutputBuffers | None) -> Any:
-        """One call of the candidate, nothing else (it may be inside the timed window).
-
-        The garbage collector is off from the call until its outputs are handed over: a
-        collection triggered by the harness's own allocations in between would run the
+        """One call of the candidate, nothing else (it may be inside the timed window), run by
+        `_run`. The garbage collector is off from the call until its outputs are handed over:
+        a collection triggered by the harness's own allocations in between would run the
         candidate's finalizers and gc callbacks after the call returned, where they could still
         compute the outputs the harness is about to copy. A candidate that turns it back on
-        during the call is caught when its outputs are collected. So is one that unblocks
-        signals in this thread (blocked from the worker's start, so that no handler runs after
-        a call returned: signals.py); they are blocked again the moment it returns. The other
-        Python threads are held off the interpreter from the return until the outputs are
-        handed over (hold.py): a pool thread cannot fill them late while this thread waits to
-        be scheduled on a loaded machine."""
-        block, hold, collecting = signals.block, self.held.hold, gc.isenabled  # see guards.py
+        during the call is caught at its return."""
+        run, function = self._run, self.function
+        tensors = buffers.tensors if buffers is not None else None
         gc.disable()
+        if tensors is not None:
+            run(function, (*inputs, *tensors))
+            return tensors
+        return run(function, inputs)
+
+    def _run(self, function: Callable[..., Any], args: Any) -> Any:
+        """The one frame that runs the candidate's code (its import, each call), and the check
+        of return_check.py the moment it returns, in this frame, from what it bound before.
+        `returned_at` is that moment (the CPU timer's window ends there).
+
+        Every signal is blocked again at the return (blocked from the worker's start, so that
+        no handler runs after a call returned: signals.py; a call that unblocked some is caught
+        when its outputs are collected), and the other Python threads are held off the
+        interpreter from the return until the outputs are handed over (hold.py): a pool thread
+        cannot fill them late while this thread waits to be scheduled on a loaded machine."""
+        root, clock, collecting = self.root, time.perf_counter, gc.isenabled
+        collector_was_off = not collecting()
         try:
-            if buffers is not None:
-                self.function(*inputs, *buffers.tensors)
-                return buffers.tensors
-            return self.function(*inputs)
+            return function(*args)
         finally:
-            self.signals_unblocked = block()  # first: no handler may run after it
-            hold()  # no other Python thread runs until the outputs are copied
-            self.collector_turned_on = collecting()
+            returned = clock()
+            if root is None:  # a reference role: no candidate's code in this process
+                unblocked, interval = signals.block(), hold()
+            else:  # nothing below reads an attribute of a Python object until it is checked
+                hooks, parts, classes, block, hold_others, check, state, get, write, leave, \
+                    read, code, mark = root
+                found = []
+                for reader, given, then in hooks:  # first: no frame may start before this
+                    if reader(*given) is not then:
+                        found.append("a trace, profile, frame-evaluation or monitoring hook")
+                        break
+                if collector_was_off and collecting():  # a collection runs finalizers
+                    found.append("the garbage collector turned back on")
+                if not found:  # (each list below is a new frame before Python 3.12)
+                    found = [label for label, names, then in classes if names.keys() != then]
+                if not found:
+                    found = [label for label, owner, name, then in parts
+                             if get(owner, name, mark) is not then]
+                if not found:
+                    unblocked = block()  # first: no handler may run after it
+                    interval = hold_others()  # no other Python thread runs until the copy
+                    try:
+                        found = check(state)
+                        if read(self, "root") is not root:
+                            found.append("the worker's bound check")
+                    except BaseException:
+                        found = ["the identity check raised"]
+                if found:
+                    write(2, f"{mark} at a return: {'; '.join(found[:8])}\n".encode()[:2000])
+                    leave(code)
+            collector = collector_was_off and collecting()
+            self.returned_at = returned
+            self.signals_unblocked = unblocked
+            self.held.keep(interval)
+            self.collector_turned_on = collector
 
     def collect(self, workload: Workload, result: Any, buffers: OutputBuffers | None) -> list[Any]:
         """The outputs of a call, checked: exact types first (before touching a value: a lazy
@@ -471,8 +540,9 @@ class Worker:
             self.receive_inputs(calls.workload, protocol.CALL_PHASE, ran)
         return timing
 
-    def _check_guards(self, when: str, fatal: bool = False, children: bool = True) -> None:
-        self._verify(self.guard_check, when, fatal, children=children)
+    def _check_guards(self, when: str, fatal: bool = False, children: bool = True,
+                      functions: bool = False) -> None:
+        self._verify(self.guard_check, when, fatal, children=children, functions=functions)
 
     def verify_return(self, check: Callable[[], list[Violation]] | None, when: str) -> None:
         """`Guards.check_returned` (`check`, bound before the call) right after a call."""
@@ -538,11 +608,15 @@ class TimedCalls:
         self.seconds["receive"] += received - worker.frame_arrived
         self.seconds["checks"] += time.perf_counter() - received
 
-    def run(self, i: int) -> None:
+    def run(self, i: int) -> float:
+        """Call i; the moment it returned (the worker's check after it is not the call's)."""
         clock = self.clock
         began = clock()
         self.results[i] = self.worker.call(self.inputs[-1], self.buffers[i])
-        self.seconds["calls"] += clock() - began
+        returned = self.worker.returned_at
+        self.seconds["calls"] += returned - began
+        self.seconds["checks"] += clock() - returned  # the check at the return
+        return returned
 
     def after(self, i: int) -> None:
         """Call i has returned (its device work waited for): checked at once (see guards.py),

@@ -170,7 +170,9 @@ def time_iterations(run_iteration: Callable[[int], None], iterations: int, warmu
     the buffer written before each iteration: None means twice the device's L2 on CUDA and no
     flush on the CPU; 0 means no flush (warm-cache timing). `after_iteration(i)` runs right
     after call i's time is taken (after its device-wide synchronize on the GPU): the harness
-    hands the outputs over there, the moment the call has returned.
+    hands the outputs over there, the moment the call has returned. On the CPU, a
+    `run_iteration` that returns a float gives the `time.perf_counter()` reading taken when its
+    call returned: the window ends there, not after the caller's own checks.
     """
     _check_loop(method, iterations, warmup)
     tools = _Tools.made(method, flush_bytes)
@@ -185,16 +187,11 @@ def time_iterations(run_iteration: Callable[[int], None], iterations: int, warmu
     while not enough_iterations(times, stop, iterations):
         offset = warmup + len(times)
         count = min(stop.chunk, iterations - len(times))
-        chunk = _time_fixed(_shifted(run_iteration, offset), count, 0, method, tools,
-                            _shifted(before_iteration or _nothing, offset),
-                            _shifted(after_iteration or _nothing, offset), offset)
+        chunk = _time_fixed(run_iteration, count, 0, method, tools, before_iteration,
+                            after_iteration, offset)
         chunks.append(chunk)
         times += chunk.times_ms
     return _joined(method, chunks)
-
-
-def _shifted(function: Callable[[int], None], offset: int) -> Callable[[int], None]:
-    return lambda i: function(i + offset)
 
 
 def _joined(method: str, chunks: list[Timing]) -> Timing:
@@ -244,9 +241,10 @@ def _time_fixed(run_iteration: Callable[[int], None], iterations: int, warmup: i
                 method: str, tools: _Tools,
                 before_iteration: Callable[[int], None] | None,
                 after_iteration: Callable[[int], None] | None = None, first: int = 0) -> Timing:
-    """One chunk of a loop; `first` is the loop's index of its first call, which numbers its
-    flushes on from the chunk before (the buffer is the loop's: no flush writes the value the
-    one before it wrote)."""
+    """One chunk of a loop; `first` is the loop's index of its first call: the callbacks get
+    first + i, and the flushes are numbered on from the chunk before (the buffer is the loop's:
+    no flush writes the value the one before it wrote). The callbacks are called as given, not
+    through wrappers made here: a function object made during the loop is one no check knows."""
     before = before_iteration or _nothing
     after = after_iteration or _nothing
     if method == "cpu":
@@ -285,13 +283,16 @@ def _time_cpu(run: Callable[[int], None], before: Callable[[int], None],
     times = []
     clock = time.perf_counter  # bound before any call: see `_time_kernels`
     for i in range(warmup + iterations):
-        before(i)
+        before(first + i)
         if buffer is not None:
             _flush(buffer, first + i)
         start = clock()
-        run(i)
-        elapsed_ms = (clock() - start) * 1e3
-        after(i)
+        returned = run(first + i)
+        ended = clock()
+        if isinstance(returned, float) and start <= returned <= ended:
+            ended = returned  # the moment the call returned, before the harness's checks
+        elapsed_ms = (ended - start) * 1e3
+        after(first + i)
         if i >= warmup:
             times.append(elapsed_ms)
     return summarize("cpu", times)
@@ -303,18 +304,18 @@ def _time_events(run: Callable[[int], None], before: Callable[[int], None],
     times = []
     sync = torch.cuda.synchronize  # bound before any call: see `_time_kernels`
     for i in range(warmup + iterations):
-        before(i)
+        before(first + i)
         _flush(buffer, first + i)
         sync()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         stop, stopped = end.record, end.synchronize
         start.record()
-        run(i)
+        run(first + i)
         sync()  # side-stream work finishes before the end event
         stop()
         stopped()
-        after(i)
+        after(first + i)
         if i >= warmup:
             times.append(start.elapsed_time(end))
         _sample_clocks(sampler, i, warmup, iterations)
@@ -327,15 +328,15 @@ def _time_graph(run: Callable[[int], None], before: Callable[[int], None],
     """Warm-up runs eagerly (compiles, creates handles); each timed iteration is captured into its
     own graph, with its own inputs, and replayed once."""
     for i in range(warmup):
-        before(i)
+        before(first + i)
         _flush(buffer, first + i)
-        run(i)
+        run(first + i)
         torch.cuda.synchronize()
-        after(i)
+        after(first + i)
     times = []
     for i in range(warmup, warmup + iterations):
-        before(i)
-        graph = _capture(run, i)
+        before(first + i)
+        graph = _capture(run, first + i)
         _flush(buffer, first + i)
         torch.cuda.synchronize()
         start = torch.cuda.Event(enable_timing=True)
@@ -344,7 +345,7 @@ def _time_graph(run: Callable[[int], None], before: Callable[[int], None],
         graph.replay()
         end.record()
         torch.cuda.synchronize()
-        after(i)
+        after(first + i)
         times.append(start.elapsed_time(end))
         _sample_clocks(sampler, i, warmup, iterations)
     return times, None
@@ -383,14 +384,14 @@ def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for i in range(total):
             with record_function(setup_range):
-                before(i)
+                before(first + i)
             with record_function(flush_range):
                 _flush(buffer, first + i)
             sync()
-            run(i)
+            run(first + i)
             sync()
             with record_function(setup_range):
-                after(i)
+                after(first + i)
             _sample_clocks(sampler, i, warmup, iterations)
     events = prof.profiler.kineto_results.events()
     kinds = [activity_of(e) for e in events]  # once: each pass below reads them
