@@ -2,6 +2,7 @@
 
     python benchmarks/eval_phases.py PROBLEM SOLUTION [-o OUT.json] [--device cuda|cpu]
         [--baseline eager|compile|best] [--runs 2] [--cache DIR] [--compile-ahead on|off|both]
+        [--iterations N]
 
 Evaluates SOLUTION on PROBLEM `--runs` times in this process with one cache folder: the first
 run times the baselines (cold), later runs find them stored (warm). `--compile-ahead` sets
@@ -78,12 +79,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--cache", type=Path, default=None)
     parser.add_argument("--compile-ahead", default="on", choices=("on", "off", "both"))
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="timed calls of each loop, exactly (default: the device's rule)")
     args = parser.parse_args(argv)
     problem = open_problem(args.problem)
     solution = load_solution(args.solution, problem.name)
     cache = args.cache or Path(tempfile.mkdtemp(prefix="solforge-phases-"))
     config = EvalConfig(device=args.device, baseline=args.baseline, cache_dir=cache,
                         compile_ahead=args.compile_ahead != "off")
+    if args.iterations is not None:  # per-call costs from many calls (the CPU's loop is 10)
+        config = replace(config, iterations=args.iterations, min_iterations=0)
     plan = [("cold", config) if number == 0 else ("warm", config) for number in range(args.runs)]
     if args.compile_ahead == "both":
         without = replace(config, compile_ahead=False,
@@ -102,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         record = {"what": "one evaluation's phases, cold then warm", "date":
                   datetime.date.today().isoformat(), "problem": args.problem,
                   "solution": solution.name, "device": args.device, "baseline": args.baseline,
+                  "iterations": args.iterations,
                   "environment": recorded_environment(args.device), "runs": runs}
         args.output.write_text(json.dumps(record, indent=1) + "\n")
 
