@@ -17,9 +17,11 @@ constant, or blind the check itself (rebind a builtin it calls, the tuples it re
 `identity_changes` reads nothing but its arguments: its state is one immutable tuple
 (`IdentitySnapshot.state`), every builtin it calls is bound as a default when this module is
 imported, before any candidate, and it calls no Python function before it has compared every
-watched function's code. The worker calls it from the frame that called the candidate, with
-the state, the function, its code and its defaults all bound before the call (worker.py): a
-running frame's code and locals are out of a candidate's reach from Python.
+watched function's closure and keyword defaults (their code and defaults cannot change
+unseen: `install_tamper_hook`). The worker calls it from the frame that called the candidate,
+with the state, the function, its code and its defaults all bound before the call
+(return_check.py: a running frame's code and locals are out of a candidate's reach from
+Python, short of a trace function set on that frame).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ can alter what runs: rebind a name the check looks up (`builtins.any`), replace 
 the way to it (`Worker._verify`), or give a function another `__code__`; an alteration that
 restores itself once it has run leaves nothing for a later check to find. What cannot be
 altered from Python is a frame that is already running: its code, and (up to Python 3.12) its
-local variables. So the frame that called the candidate (`Worker.call`, and `Worker.start`
+local variables, short of a trace function set on that very frame (the interpreter writes a
+traced frame's `f_locals` back after each trace event: tests/exploits/README.md lists it among
+the openings left). So the frame that called the candidate (`Worker.call`, and `Worker.start`
 around the import) holds, as locals bound before the call, the tuple built here, and after
 the return it runs, in its own code:
 0. a comparison of the hooks that would run a function of the candidate's on the next frame
