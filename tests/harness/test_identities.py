@@ -158,21 +158,8 @@ def test_what_the_return_check_calls_is_recorded_before_the_candidate():
     assert all(getattr(owner, name) is then for _, owner, name, then in parts)
     assert all(names.keys() == then for _, names, then in return_check.classes())
     bound = return_check.bindings(IdentitySnapshot(["time"]).state,
-                                  (return_check.hooks(), parts, ()))
+                                  (*return_check.disarm(), parts, ()))
     assert len(bound) == len(return_check.FIELDS)
-
-
-def test_the_hooks_compared_first_are_read_without_starting_a_frame():
-    """A trace function set during a call would run on the next frame the harness starts: the
-    check's first comparison reads the hooks through builtins, and sees one set."""
-    hooks = return_check.hooks()
-    assert all(type(read) is types.BuiltinFunctionType for read, _, _ in hooks)
-    assert all(read(*args) is then for read, args, then in hooks)
-    sys.settrace(lambda frame, event, arg: None)
-    try:
-        assert any(read(*args) is not then for read, args, then in hooks)
-    finally:
-        sys.settrace(None)
 
 
 @pytest.mark.parametrize("stamp", [None, "inside", "outside"])
@@ -230,3 +217,23 @@ def test_a_slot_names_cache_added_to_a_watched_class_is_not_a_change():
     finally:
         if not had and "__slotnames__" in vars(op_class):
             delattr(op_class, "__slotnames__")
+
+
+def test_the_first_thing_after_a_return_reads_and_clears_the_hooks_in_c():
+    """`disarm`'s calls run from C (no frame, no event): they take the time, return the trace
+    and profile functions they clear and the frame-evaluation callback they replace."""
+    import itertools
+    import operator
+
+    calls, expected = return_check.disarm()
+    assert all(type(call[0]) is types.BuiltinFunctionType for call in calls)
+
+    def tracer(frame, event, arg):
+        return None
+
+    sys.settrace(tracer)
+    seen = tuple(itertools.starmap(operator.call, calls))
+    assert sys.gettrace() is None  # cleared before any Python function could run
+    assert isinstance(seen[0], float)
+    assert seen[1] is tracer and seen[1] is not expected[0]
+    assert all(now is then for now, then in zip(seen[2:], expected[1:]))

@@ -20,8 +20,8 @@ imported, before any candidate, and it calls no Python function before it has co
 watched function's closure and keyword defaults (their code and defaults cannot change
 unseen: `install_tamper_hook`). The worker calls it from the frame that called the candidate,
 with the state, the function, its code and its defaults all bound before the call
-(return_check.py: a running frame's code and locals are out of a candidate's reach from
-Python, short of a trace function set on that frame).
+(return_check.py: a running frame's code and stack are out of a candidate's reach from
+Python).
 """
 
 from __future__ import annotations

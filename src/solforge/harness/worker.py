@@ -27,6 +27,8 @@ from __future__ import annotations
 import gc
 import importlib
 import importlib.util
+import itertools
+import operator
 import sys
 import time
 import traceback
@@ -138,7 +140,7 @@ class Worker:
             self.return_check = self.guards.check_returned
             self.thread_check = self.guards.check_threads
             self.guards.end_on_tampering()
-            self.return_parts = (return_check.hooks(), return_check.parts(),
+            self.return_parts = (*return_check.disarm(), return_check.parts(),
                                  return_check.classes())
             self._pin_harness_objects(self.guards)
             self._bind_root()
@@ -416,8 +418,12 @@ class Worker:
 
     def _run(self, function: Callable[..., Any], args: Any) -> Any:
         """The one frame that runs the candidate's code (its import, each call), and the check
-        of return_check.py the moment it returns, in this frame, from what it bound before.
-        `returned_at` is that moment (the CPU timer's window ends there).
+        of return_check.py the moment it returns. On a return, everything the check needs is
+        loaded onto this frame's stack before the call, and the first thing after it is one
+        C call that takes the time and reads and clears the hooks (`disarm`): then
+        `return_check.finish` checks, or ends the process. On an exception the same check runs
+        from this frame's locals (a tracer set on this frame could rewrite those first; the
+        call failed anyway, and what it left is checked at the next return).
 
         Every signal is blocked again at the return (blocked from the worker's start, so that
         no handler runs after a call returned: signals.py; a call that unblocked some is caught
@@ -425,45 +431,22 @@ class Worker:
         interpreter from the return until the outputs are handed over (hold.py): a pool thread
         cannot fill them late while this thread waits to be scheduled on a loaded machine."""
         root, clock, collecting = self.root, time.perf_counter, gc.isenabled
-        collector_was_off = not collecting()
-        try:
-            return function(*args)
-        finally:
-            returned = clock()
-            if root is None:  # a reference role: no candidate's code in this process
-                unblocked, interval = signals.block(), hold()
-            else:  # nothing below reads an attribute of a Python object until it is checked
-                hooks, parts, classes, block, hold_others, check, state, get, write, leave, \
-                    read, code, mark = root
-                found = []
-                for reader, given, then in hooks:  # first: no frame may start before this
-                    if reader(*given) is not then:
-                        found.append("a trace, profile, frame-evaluation or monitoring hook")
-                        break
-                if collector_was_off and collecting():  # a collection runs finalizers
-                    found.append("the garbage collector turned back on")
-                if not found:  # (each list below is a new frame before Python 3.12)
-                    found = [label for label, names, then in classes if names.keys() != then]
-                if not found:
-                    found = [label for label, owner, name, then in parts
-                             if get(owner, name, mark) is not then]
-                if not found:
-                    unblocked = block()  # first: no handler may run after it
-                    interval = hold_others()  # no other Python thread runs until the copy
-                    try:
-                        found = check(state)
-                        if read(self, "root") is not root:
-                            found.append("the worker's bound check")
-                    except BaseException:
-                        found = ["the identity check raised"]
-                if found:
-                    write(2, f"{mark} at a return: {'; '.join(found[:8])}\n".encode()[:2000])
-                    leave(code)
-            collector = collector_was_off and collecting()
-            self.returned_at = returned
-            self.signals_unblocked = unblocked
-            self.held.keep(interval)
-            self.collector_turned_on = collector
+        off = not collecting()  # the collector, turned off by `call`
+        if root is None:  # a reference role: no candidate's code in this process
+            try:
+                return function(*args)
+            finally:
+                self.returned_at = clock()
+                self.signals_unblocked = signals.block()
+                self.held.keep(hold())
+                self.collector_turned_on = off and collecting()
+        finish, seen, call, starmap, calls = (return_check.finish, tuple, operator.call,
+                                              itertools.starmap, root[0])
+        try:  # one line: no line event between the return and `seen` (see return_check.py)
+            return finish(self, root, off, function(*args), seen(starmap(call, calls)))
+        except BaseException:  # the same check, from what this frame's locals hold now
+            finish(self, root, off, None, seen(starmap(call, calls)))
+            raise
 
     def collect(self, workload: Workload, result: Any, buffers: OutputBuffers | None) -> list[Any]:
         """The outputs of a call, checked: exact types first (before touching a value: a lazy
