@@ -140,7 +140,6 @@ class WorkerSession:
         except Exception:
             return None
 
-
     def _guarded(self, send, *args) -> None:
         try:
             send(*args)

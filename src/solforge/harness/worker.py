@@ -119,8 +119,9 @@ class Worker:
         self.signals_unblocked = 0  # the signals the last call unblocked (signals.py)
         self.frame_arrived = 0.0  # perf_counter() when the last inputs' frame was read
         self.returned_at = 0.0  # perf_counter() when the last call returned
-        # (parts, classes) of return_check, taken before the candidate exists, and the tuple a
-        # call's frame binds to check what runs after it (None: no candidate in this process)
+        # (disarm's calls and their expected values, parts, classes) of return_check, taken
+        # before the candidate exists, and the tuple a call's frame binds to check what runs
+        # after it (None: no candidate in this process)
         self.return_parts: tuple[Any, ...] = ()
         self.root: tuple[Any, ...] | None = None
         self.round_seconds = work_parts()  # this workload's correctness rounds (phases)
