@@ -237,3 +237,38 @@ def test_the_first_thing_after_a_return_reads_and_clears_the_hooks_in_c():
     assert isinstance(seen[0], float)
     assert seen[1] is tracer and seen[1] is not expected[0]
     assert all(now is then for now, then in zip(seen[2:], expected[1:]))
+
+
+def test_finish_sets_the_harness_own_tracer_again_before_the_identity_check():
+    """A worker that started under a tracer (coverage, a debugger) has it cleared by `disarm`
+    at each return; `finish` sets it again before the identity check, which compares the
+    hooks with the snapshot's, so the honest call passes and the tracer is back."""
+    import itertools
+    import operator
+
+    def tracer(frame, event, arg):
+        return None
+
+    class Held:
+        def keep(self, interval):
+            self.interval = interval
+
+    class Worker:
+        pass
+
+    sys.settrace(tracer)
+    try:
+        calls, expected = return_check.disarm()
+        state = IdentitySnapshot(["time"]).state
+        root = (calls, expected, (), (), lambda: 0, lambda: 0.005, identity_changes, state,
+                getattr, lambda fd, line: pytest.fail(line.decode()),
+                lambda code: pytest.fail(f"exit {code}"), object.__getattribute__, 86, "mark")
+        worker = Worker()
+        worker.root, worker.held = root, Held()
+        seen = tuple(itertools.starmap(operator.call, calls))  # clears the tracer
+        assert sys.gettrace() is None
+        assert return_check.finish(worker, root, False, "result", seen) == "result"
+        assert sys.gettrace() is tracer
+        assert worker.held.interval == 0.005 and worker.returned_at == seen[0]
+    finally:
+        sys.settrace(None)

@@ -114,7 +114,7 @@ def finish(worker: Any, root: tuple[Any, ...], collector_was_off: bool, result: 
     time, then the hooks. Called with no trace or profile function left (`disarm` cleared
     them), so its arguments are what the calling frame loaded before the call. Only then are
     the worker's attributes touched. A tracer the harness itself ran under (one set before
-    the snapshot) is set again."""
+    the snapshot) is set again before the identity check, which compares the hooks too."""
     (_, expected, parts, classes, block, hold_others, check, state, get, write, leave, read, code,
      mark) = root
     found = []
@@ -124,6 +124,11 @@ def finish(worker: Any, root: tuple[Any, ...], collector_was_off: bool, result: 
             break
     if collector_was_off and _collecting():  # a collection runs the candidate's finalizers
         found.append("the garbage collector turned back on")
+    if not found:  # a tracer the harness itself ran under, set again before the check reads it
+        if expected[0] is not None:
+            _settrace(expected[0])
+        if expected[1] is not None:
+            _setprofile(expected[1])
     if not found:
         found = [label for label, names, then in classes if names.keys() != then]
     if not found:
@@ -140,10 +145,6 @@ def finish(worker: Any, root: tuple[Any, ...], collector_was_off: bool, result: 
     if found:
         write(2, f"{mark} at a return: {'; '.join(found[:8])}\n".encode()[:2000])
         leave(code)
-    if expected[0] is not None:
-        _settrace(expected[0])
-    if expected[1] is not None:
-        _setprofile(expected[1])
     worker.returned_at = seen[0]
     worker.signals_unblocked = unblocked
     worker.held.keep(interval)
