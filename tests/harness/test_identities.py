@@ -267,8 +267,8 @@ def test_finish_sets_the_harness_own_tracer_again_before_the_identity_check():
         worker.root, worker.held = root, Held()
         seen = tuple(itertools.starmap(operator.call, calls))  # clears the tracer
         assert sys.gettrace() is None
-        assert return_check.finish(worker, root, False, "result", seen) == "result"
+        assert return_check.finish(worker, root, False, "result", seen) == ("result", seen[0])
         assert sys.gettrace() is tracer
-        assert worker.held.interval == 0.005 and worker.returned_at == seen[0]
+        assert worker.held.interval == 0.005
     finally:
         sys.settrace(None)

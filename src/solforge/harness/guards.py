@@ -46,11 +46,12 @@ import time
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any
 
 import torch
 
-from solforge.harness import signals
+from solforge.harness import signals, tracer_hook
 from solforge.harness.identities import (
     WATCHED_MODULES,
     IdentitySnapshot,
@@ -414,11 +415,14 @@ class Guards:
     def unpin(self, label: str) -> None:
         self.identities.unpin(label)
 
-    def end_on_tampering(self) -> None:
+    def end_on_tampering(self, setters: Iterable[CodeType] = ()) -> None:
         """From now on, a watched function given new code or defaults ends this process
-        (identities.install_tamper_hook; the worker's, never a process that merely checks)."""
-        install_tamper_hook(self.identities)
-        self.audit.settle()  # that hook is the harness's own
+        (identities.install_tamper_hook), and so does a trace or profile function set by
+        anything but the frames that run `setters` over the harness's own frames
+        (tracer_hook.py). The worker's, never a process that merely checks."""
+        tracers = tracer_hook.install(setters, tracer_hook.harness_codes(harness_modules()))
+        install_tamper_hook(self.identities, also=(tracers,))
+        self.audit.settle()  # those hooks are the harness's own
 
     def root(self) -> tuple[Any, ...]:
         """What the worker binds before each call to run the identity check the moment it

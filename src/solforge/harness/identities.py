@@ -373,23 +373,25 @@ def function_changes(state: tuple[Any, ...]) -> list[str]:
             if f.__code__ is not code or f.__defaults__ is not default]
 
 
-def install_tamper_hook(snapshot: IdentitySnapshot) -> None:
+def install_tamper_hook(snapshot: IdentitySnapshot, also: Iterable[FunctionType] = ()) -> None:
     """An audit hook that ends the process (protocol.TAMPERED_EXIT, a line on stderr) the
     moment a watched function, or the hook itself, is given a new `__code__`, `__defaults__` or
     `__kwdefaults__`: CPython announces each as an `object.__setattr__` event before it
     happens, and a hook cannot be removed. A change that restores itself once it has run, or
     one made to the check itself, would leave nothing for a later comparison to find. The hook
     reads only its defaults (immutable, its own among the watched), and no attribute of any
-    object but a tuple's items."""
+    object but a tuple's items. `also`: functions watched beyond the snapshot's (the harness's
+    other audit hooks, which no module's namespace holds)."""
     def hook(event: str, args: tuple, _watched: frozenset[int] = frozenset(),
              _id=id, _write=os.write, _exit=os._exit, _code: int = protocol.TAMPERED_EXIT,
-             _line: bytes = b"") -> None:
+             _line: bytes = b"", _keep: tuple[FunctionType, ...] = ()) -> None:
         if event == "object.__setattr__" and _id(args[0]) in _watched:
             _write(2, _line)
             _exit(_code)
 
-    watched = frozenset({id(f) for f in snapshot.state[1][0][0]} | {id(hook)})
+    also = tuple(also)
+    watched = frozenset({id(f) for f in (*snapshot.state[1][0][0], *also)} | {id(hook)})
     line = (f"{protocol.TAMPERED_MARK} a watched function's code or defaults were "
             f"replaced\n").encode()
-    hook.__defaults__ = (watched, id, os.write, os._exit, protocol.TAMPERED_EXIT, line)
+    hook.__defaults__ = (watched, id, os.write, os._exit, protocol.TAMPERED_EXIT, line, also)
     sys.addaudithook(hook)

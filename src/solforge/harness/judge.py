@@ -26,7 +26,7 @@ import math
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -371,7 +371,7 @@ class Judge:
             timing = recompute_timing(loop.meta, loop.brackets_ms[self.plan.warmup:])
         except ForgedTiming as exc:
             return WorkloadResult(uuid, Status.REWARD_HACK, str(exc))
-        return WorkloadResult(uuid, Status.PASSED, "", worst, asdict(timing), first_call_ms,
+        return WorkloadResult(uuid, Status.PASSED, "", worst, timing._asdict(), first_call_ms,
                               tuple(sorted(loop.chosen)), handover=self.handover)
 
     def _taken(self, frame) -> list[Any]:

@@ -108,12 +108,12 @@ def bindings(state: tuple[Any, ...], taken: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def finish(worker: Any, root: tuple[Any, ...], collector_was_off: bool, result: Any,
            seen: tuple[Any, ...], _zip=zip, _collecting=gc.isenabled,
-           _settrace=sys.settrace, _setprofile=sys.setprofile) -> Any:
-    """A call's result (None after a raise), once the check above passed (else the process
-    ends here). `seen` is what `disarm`'s calls returned the moment the call returned: the
-    time, then the hooks. Called with no trace or profile function left (`disarm` cleared
-    them), so its arguments are what the calling frame loaded before the call. Only then are
-    the worker's attributes touched. A tracer the harness itself ran under (one set before
+           _settrace=sys.settrace, _setprofile=sys.setprofile) -> tuple[Any, float]:
+    """A call's result (None after a raise) and the moment it returned, once the check above passed
+    (else the process ends here). `seen` is what `disarm`'s calls returned the moment the call
+    returned: the time, then the hooks. Called with no trace or profile function left (`disarm`
+    cleared them), so its arguments are what the calling frame loaded before the call. Only then
+    are the worker's attributes touched. A tracer the harness itself ran under (one set before
     the snapshot) is set again before the identity check, which compares the hooks too."""
     (_, expected, parts, classes, block, hold_others, check, state, get, write, leave, read, code,
      mark) = root
@@ -145,8 +145,7 @@ def finish(worker: Any, root: tuple[Any, ...], collector_was_off: bool, result: 
     if found:
         write(2, f"{mark} at a return: {'; '.join(found[:8])}\n".encode()[:2000])
         leave(code)
-    worker.returned_at = seen[0]
     worker.signals_unblocked = unblocked
     worker.held.keep(interval)
     worker.collector_turned_on = False
-    return result
+    return result, seen[0]

@@ -118,7 +118,6 @@ class Worker:
         self.collector_turned_on = False  # by the candidate, during its last call
         self.signals_unblocked = 0  # the signals the last call unblocked (signals.py)
         self.frame_arrived = 0.0  # perf_counter() when the last inputs' frame was read
-        self.returned_at = 0.0  # perf_counter() when the last call returned
         # (disarm's calls and their expected values, parts, classes) of return_check, taken
         # before the candidate exists, and the tuple a call's frame binds to check what runs
         # after it (None: no candidate in this process)
@@ -140,7 +139,7 @@ class Worker:
             self.guard_check = self.guards.check  # bound before the candidate exists
             self.return_check = self.guards.check_returned
             self.thread_check = self.guards.check_threads
-            self.guards.end_on_tampering()
+            self.guards.end_on_tampering((Worker._run.__code__, return_check.finish.__code__))
             self.return_parts = (*return_check.disarm(), return_check.parts(),
                                  return_check.classes())
             self._pin_harness_objects(self.guards)
@@ -149,7 +148,7 @@ class Worker:
         start_marks = startup.marks()  # taken before the candidate's code exists
         began = time.perf_counter()
         try:
-            self.function = self._run(self._load_function, ())
+            self.function, _ = self._run(self._load_function, ())
         except Exception as exc:
             raise CandidateFault(Status.COMPILE_ERROR, f"loading the solution failed:\n"
                                                        f"{_format(exc)}", fatal=True) from None
@@ -184,7 +183,7 @@ class Worker:
         each call's frame checks that it still holds the tuple it bound.)"""
         guards.pin("worker", self, mutable=("function", "reference_module", "handed_over",
                                             "watched_late_writes", "collector_turned_on",
-                                            "signals_unblocked", "returned_at", "root",
+                                            "signals_unblocked", "root",
                                             "frame_arrived"))  # a diagnostic, rewritten here
         guards.pin("worker.link", self.link)
         guards.pin("worker.link.writer", self.link.writer, mutable=("sequence",))
@@ -332,8 +331,7 @@ class Worker:
         # when the check looks (see guards.py)
         verify, at_return, now = self.verify_return, self.return_check, time.perf_counter
         called = now()
-        result = self.call(inputs, buffers)
-        returned = self.returned_at  # the checks at the return are not the call's
+        result, returned = self.call(inputs, buffers)  # not the checks at the return
         verify(at_return, f"at the return of correctness round {number}")
         checked = now()
         synchronize(self.device)
@@ -371,12 +369,13 @@ class Worker:
         return [_fresh(v, self.device) for v in frame.values]
 
     def hand_over(self, kind: str, meta: dict[str, Any], outputs: list[Any],
-                  slots: handover.OutputSlots | None) -> None:
+                  slots: handover.OutputSlots | None, collector: bool = True) -> None:
         """A call's outputs to the driver: into its slots (the frame says so), or in the frame.
-        Then the garbage collector and the other Python threads may run again (see `call`)."""
+        Then the other Python threads may run again, and the garbage collector too (see
+        `call`) unless `collector` is False: a timed loop keeps it off to its end (`_time`)."""
         self.link.send(kind, meta, outputs if slots is None else slots.fill(outputs))
         self.held.release()
-        if self.collector_was_on:
+        if collector and self.collector_was_on:
             gc.enable()
 
     def returned(self) -> None:
@@ -402,27 +401,29 @@ class Worker:
                                      "thread (or stream) past the return")
         self._check_guards("after a wrong correctness round", children=False)
 
-    def call(self, inputs: list[Any], buffers: OutputBuffers | None) -> Any:
+    def call(self, inputs: list[Any], buffers: OutputBuffers | None) -> tuple[Any, float]:
         """One call of the candidate, nothing else (it may be inside the timed window), run by
-        `_run`. The garbage collector is off from the call until its outputs are handed over:
-        a collection triggered by the harness's own allocations in between would run the
-        candidate's finalizers and gc callbacks after the call returned, where they could still
-        compute the outputs the harness is about to copy. A candidate that turns it back on
-        during the call is caught at its return."""
+        `_run`: its result and the moment it returned. The garbage collector is off from the
+        call until its outputs are handed over: a collection triggered by the harness's own
+        allocations in between would run the candidate's finalizers and gc callbacks after
+        the call returned, where they could still compute the outputs the harness is about
+        to copy. A candidate that turns it back on during the call is caught at its return."""
         run, function = self._run, self.function
         tensors = buffers.tensors if buffers is not None else None
         gc.disable()
         if tensors is not None:
-            run(function, (*inputs, *tensors))
-            return tensors
+            return tensors, run(function, (*inputs, *tensors))[1]
         return run(function, inputs)
 
-    def _run(self, function: Callable[..., Any], args: Any) -> Any:
+    def _run(self, function: Callable[..., Any], args: Any) -> tuple[Any, float]:
         """The one frame that runs the candidate's code (its import, each call), and the check
         of return_check.py the moment it returns. On a return, everything the check needs is
         loaded onto this frame's stack before the call, and the first thing after it is one
         C call that takes the time and reads and clears the hooks (`disarm`): then
-        `return_check.finish` checks, or ends the process. On an exception the same check runs
+        `return_check.finish` checks, or ends the process. It returns the call's result and
+        that time, on the stack: an attribute that held the time could be rewritten by code of
+        the candidate's that runs after the check (a weakref callback of an object the harness
+        drops, say) before the timer reads it. On an exception the same check runs
         from this frame's locals (a tracer set on this frame could rewrite those first; the
         call failed anyway, and what it left is checked at the next return).
 
@@ -435,9 +436,8 @@ class Worker:
         off = not collecting()  # the collector, turned off by `call`
         if root is None:  # a reference role: no candidate's code in this process
             try:
-                return function(*args)
+                return function(*args), clock()
             finally:
-                self.returned_at = clock()
                 self.signals_unblocked = signals.block()
                 self.held.keep(hold())
                 self.collector_turned_on = off and collecting()
@@ -506,7 +506,7 @@ class Worker:
     def _time(self, calls: TimedCalls) -> Timing:
         minimum = self.config.min_iterations
         began = time.perf_counter()
-        try:
+        try:  # the collector stays off from the first call to the records' end (see `after`)
             timing = time_iterations(calls.run, self.config.iterations, self.config.warmup,
                                      method=self.config.timing_method,
                                      flush_bytes=self.config.flush_bytes,
@@ -516,6 +516,9 @@ class Worker:
             raise CandidateFault(Status.REWARD_HACK, f"timing: {exc}") from None
         except TimingError as exc:
             raise CandidateFault(Status.RUNTIME_ERROR, f"timing failed: {exc}") from None
+        finally:
+            if self.collector_was_on:
+                gc.enable()
         calls.seconds["loop"] = time.perf_counter() - began
         ran = self.config.warmup + len(timing.times_ms)
         if ran < self.config.warmup + self.config.iterations:
@@ -596,15 +599,18 @@ class TimedCalls:
         """Call i; the moment it returned (the worker's check after it is not the call's)."""
         clock = self.clock
         began = clock()
-        self.results[i] = self.worker.call(self.inputs[-1], self.buffers[i])
-        returned = self.worker.returned_at
+        self.results[i], returned = self.worker.call(self.inputs[-1], self.buffers[i])
         self.seconds["calls"] += returned - began
         self.seconds["checks"] += clock() - returned  # the check at the return
         return returned
 
     def after(self, i: int) -> None:
         """Call i has returned (its device work waited for): checked at once (see guards.py),
-        then its outputs go to the driver."""
+        then its outputs go to the driver. The garbage collector stays off until the loop has
+        ended and its records are made: a collection between two calls would run the
+        candidate's finalizers there, where they could alter what the harness holds (the
+        profiler's records while they are read) or compute the next call's outputs from its
+        inputs once they are received."""
         clock = self.clock
         returned = clock()
         self.verify(self.at_return, f"at the return of timed call {i}")
@@ -614,7 +620,7 @@ class TimedCalls:
         worker.returned()
         values = worker.collect(self.workload, self.results.pop(i), self.buffers.pop(i))
         worker.hand_over(protocol.CALL_OUTPUT, {"workload": self.workload.uuid, "iteration": i},
-                         values, self.slots)
+                         values, self.slots, collector=False)
         self.seconds["hand_over"] += time.perf_counter() - began
 
     def breakdown(self) -> dict[str, float]:

@@ -39,6 +39,7 @@ import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -64,9 +65,12 @@ class ForgedRange(TimingError):
     """A profiler range under the harness's secret name that the harness did not open."""
 
 
-@dataclass(frozen=True)
-class Timing:
-    """One measured callable. Times in milliseconds, one per timed iteration."""
+class Timing(NamedTuple):
+    """One measured callable. Times in milliseconds, one per timed iteration.
+
+    A named tuple, not a frozen dataclass: `object.__setattr__` rebinds a frozen dataclass's
+    field, and a candidate's call can reach the Timing of a loop's earlier chunk from the
+    timing frames; a tuple's fields cannot be set from Python."""
 
     method: str  # one of METHODS
     times_ms: tuple[float, ...]
@@ -182,20 +186,20 @@ def time_iterations(run_iteration: Callable[[int], None], iterations: int, warmu
     first = max(stop.min_iterations, 1)
     timing = _time_fixed(run_iteration, first, warmup, method, tools, before_iteration,
                          after_iteration)
-    chunks = [timing]
-    times = list(timing.times_ms)
+    chunks = (timing,)  # tuples, as every record of a time here: see `_time_cpu`
+    times = timing.times_ms
     while not enough_iterations(times, stop, iterations):
         offset = warmup + len(times)
         count = min(stop.chunk, iterations - len(times))
         chunk = _time_fixed(run_iteration, count, 0, method, tools, before_iteration,
                             after_iteration, offset)
-        chunks.append(chunk)
-        times += chunk.times_ms
+        chunks = (*chunks, chunk)
+        times = (*times, *chunk.times_ms)
     return _joined(method, chunks)
 
 
-def _joined(method: str, chunks: list[Timing]) -> Timing:
-    times = [t for chunk in chunks for t in chunk.times_ms]
+def _joined(method: str, chunks: tuple[Timing, ...]) -> Timing:
+    times = tuple(t for chunk in chunks for t in chunk.times_ms)
     kernels = [c.kernels_per_iteration for c in chunks if c.kernels_per_iteration is not None]
     weights = [len(c.times_ms) for c in chunks if c.kernels_per_iteration is not None]
     per_iteration = (sum(k * w for k, w in zip(kernels, weights)) / sum(weights)
@@ -280,7 +284,12 @@ def _flush(buffer: torch.Tensor, i: int) -> None:
 def _time_cpu(run: Callable[[int], None], before: Callable[[int], None],
               after: Callable[[int], None], iterations: int, warmup: int,
               buffer: torch.Tensor | None, first: int) -> Timing:
-    times = []
+    """The host's clock around each call. The times are kept in a tuple, never a list: a
+    candidate's call can reach this frame (`sys._getframe`) and would scale a list of the
+    earlier calls' times in place; a tuple held in a local can only be rebound, which takes a
+    trace function, and the worker ends the moment anything but the harness sets one
+    (harness/tracer_hook.py)."""
+    times: tuple[float, ...] = ()
     clock = time.perf_counter  # bound before any call: see `_time_kernels`
     for i in range(warmup + iterations):
         before(first + i)
@@ -294,14 +303,14 @@ def _time_cpu(run: Callable[[int], None], before: Callable[[int], None],
         elapsed_ms = (ended - start) * 1e3
         after(first + i)
         if i >= warmup:
-            times.append(elapsed_ms)
+            times = (*times, elapsed_ms)
     return summarize("cpu", times)
 
 
 def _time_events(run: Callable[[int], None], before: Callable[[int], None],
                  after: Callable[[int], None], iterations: int, warmup: int, buffer: torch.Tensor,
-                 sampler: ClockSampler, first: int) -> tuple[list[float], None]:
-    times = []
+                 sampler: ClockSampler, first: int) -> tuple[tuple[float, ...], None]:
+    times: tuple[float, ...] = ()  # a tuple: see `_time_cpu`
     sync = torch.cuda.synchronize  # bound before any call: see `_time_kernels`
     for i in range(warmup + iterations):
         before(first + i)
@@ -317,14 +326,14 @@ def _time_events(run: Callable[[int], None], before: Callable[[int], None],
         stopped()
         after(first + i)
         if i >= warmup:
-            times.append(start.elapsed_time(end))
+            times = (*times, start.elapsed_time(end))
         _sample_clocks(sampler, i, warmup, iterations)
     return times, None
 
 
 def _time_graph(run: Callable[[int], None], before: Callable[[int], None],
                 after: Callable[[int], None], iterations: int, warmup: int, buffer: torch.Tensor,
-                sampler: ClockSampler, first: int) -> tuple[list[float], None]:
+                sampler: ClockSampler, first: int) -> tuple[tuple[float, ...], None]:
     """Warm-up runs eagerly (compiles, creates handles); each timed iteration is captured into its
     own graph, with its own inputs, and replayed once."""
     for i in range(warmup):
@@ -333,7 +342,7 @@ def _time_graph(run: Callable[[int], None], before: Callable[[int], None],
         run(first + i)
         torch.cuda.synchronize()
         after(first + i)
-    times = []
+    times: tuple[float, ...] = ()  # a tuple: see `_time_cpu`
     for i in range(warmup, warmup + iterations):
         before(first + i)
         graph = _capture(run, first + i)
@@ -346,7 +355,7 @@ def _time_graph(run: Callable[[int], None], before: Callable[[int], None],
         end.record()
         torch.cuda.synchronize()
         after(first + i)
-        times.append(start.elapsed_time(end))
+        times = (*times, start.elapsed_time(end))
         _sample_clocks(sampler, i, warmup, iterations)
     return times, None
 
@@ -370,7 +379,7 @@ def _capture(run: Callable[[int], None], i: int) -> torch.cuda.CUDAGraph:
 
 def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
                   after: Callable[[int], None], iterations: int, warmup: int, buffer: torch.Tensor,
-                  sampler: ClockSampler, first: int) -> tuple[list[float], float]:
+                  sampler: ClockSampler, first: int) -> tuple[tuple[float, ...], float]:
     from torch.profiler import ProfilerActivity, profile, record_function
 
     token = secrets.token_hex(8)  # a candidate cannot name its own work like the harness's
@@ -415,7 +424,7 @@ def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
                           f"secret name to hide its work from the timing")
     harness = set().union(*setups)
     groups = split_iterations(spans, markers, harness)[warmup:]
-    times = [window_ms(group) for group in groups]
+    times = tuple(window_ms(group) for group in groups)
     return times, sum(len(group) for group in groups) / len(groups)
 
 
