@@ -107,7 +107,7 @@ class Worker:
         self.workloads = {w.uuid: w for w in self.problem.workloads}
         self.guards: Guards | None = None
         self.guard_check: Callable[[], list[Violation]] | None = None
-        self.return_check: Callable[[], list[Violation]] | None = None  # Guards.check_returned
+        self.check_returned: Callable[[], list[Violation]] | None = None  # Guards.check_returned
         self.thread_check: Callable[[], list[Violation]] | None = None  # Guards.check_threads
         self.function: Callable[..., Any] | None = None
         self.reference_module = None
@@ -137,7 +137,7 @@ class Worker:
         if self.config.role == protocol.CANDIDATE:
             self.guards = Guards(self.device)
             self.guard_check = self.guards.check  # bound before the candidate exists
-            self.return_check = self.guards.check_returned
+            self.check_returned = self.guards.check_returned
             self.thread_check = self.guards.check_threads
             self.guards.end_on_tampering((Worker._run.__code__, return_check.finish.__code__))
             self.return_parts = (*return_check.disarm(), return_check.parts(),
@@ -329,7 +329,7 @@ class Worker:
         self._check_guards(f"before correctness round {number}", children=False)
         # bound before the call: a patch that restores itself once called is still in place
         # when the check looks (see guards.py)
-        verify, at_return, now = self.verify_return, self.return_check, time.perf_counter
+        verify, at_return, now = self.verify_return, self.check_returned, time.perf_counter
         called = now()
         result, returned = self.call(inputs, buffers)  # not the checks at the return
         verify(at_return, f"at the return of correctness round {number}")
@@ -575,7 +575,7 @@ class TimedCalls:
         self.results: dict[int, Any] = {}
         self.budget = worker.config.retain_bytes
         # bound before the loop: what runs between a call's return and its check (guards.py)
-        self.verify, self.at_return = worker.verify_return, worker.return_check
+        self.verify, self.at_return = worker.verify_return, worker.check_returned
         self.clock = time.perf_counter
         # Where the loop's time went in this process (a diagnostic for the phase table; the
         # driver trusts none of it): work_parts, the wait for the driver's frames, the loop.
