@@ -23,7 +23,6 @@ from harness_corpus import HONEST, PROBLEMS, short_limits
 from typer.testing import CliRunner
 
 from solforge.bench import BenchConfig, find_solutions, open_store, plan_problems, run_bench
-from solforge.bench import run as bench_run
 from solforge.cli import app
 from solforge.data.solution import load_solution, solution_from_python
 from solforge.data.trace import Status
@@ -550,34 +549,30 @@ def test_bench_stops_a_unit_still_running_at_its_deadline_and_leaves_it(tmp_path
                                                                        monkeypatch):
     """The first unit starts (nothing is known of a unit's length yet) and runs past a 3 s
     deadline: it is stopped, not recorded, and left with the solutions behind it; the run ends
-    at its deadline, and the next run measures everything. The analyses run while the unit
-    does, and here end 3 s past the deadline (a cold, loaded machine's): the unit is still
-    stopped, not recorded though it may have ended by then."""
+    at its deadline, and the next run measures everything. The unit's process sleeps instead
+    of working, so that it is still running at the deadline however long the run's analyses
+    take (a unit that ended while they ran is recorded: on a loaded machine it did)."""
     stopped = []
     abandon = base.TaskRunner.abandon
-    analyze = bench_run.analyze
 
     def spied(runner: base.TaskRunner) -> None:
         stopped.extend(attempt.task.key for attempt in runner._running)
         abandon(runner)
 
-    def slow(*args, **kwargs) -> list[str]:
-        time.sleep(max(0.0, began + 6.0 - time.monotonic()))
-        return analyze(*args, **kwargs)
-
     monkeypatch.setattr(base.TaskRunner, "abandon", spied)
-    monkeypatch.setattr(bench_run, "analyze", slow)
+    monkeypatch.setattr(local, "python_command", lambda *args: ["sleep", "60"])
     store = open_store(f"sqlite:///{tmp_path / 'bench.db'}")
     problems = plan_problems([SMALL], find_solutions([solutions]), "cpu")
     config = BenchConfig(device="cpu", baseline="eager", limits=short_limits(),
                          cache_dir=tmp_path / "cache", workers=1, deadline_s=3.0)
     began = time.monotonic()
     outcome = run_bench(problems, store, config)
-    assert time.monotonic() - began < 6.0 + local.STOP_GRACE_S + 5.0
+    assert time.monotonic() - began < 3.0 + local.STOP_GRACE_S + 5.0
     assert stopped == [f"{SMALL}:reference:eager"]  # started, then stopped at the deadline
     assert (outcome.measured, outcome.left) == (0, 3) and not outcome.failures
     with store.session() as s:
         assert s.query(TraceRow).count() == 0
+    monkeypatch.undo()
     later = run_bench(problems, store, replace(config, deadline_s=None))
     assert later.measured == 3 and later.left == 0 and not later.failures
 

@@ -182,9 +182,7 @@ def _run(problems: list[BenchProblem], store: Store, config: BenchConfig, runner
         for problem in problems:  # the analyses run here while the units run in their slots
             failures += analyze(problem, recorder.stored[problem.address], store, profile,
                                 config.fresh, report)
-            # past the deadline the units still running are stopped here, not after the
-            # analyses: slow ones (a cold process, a loaded machine) would overrun it
-            failures += dispatcher.collect(recorder.save, timeout=0, until=until)
+            failures += dispatcher.collect(recorder.save, timeout=0)
         failures += dispatcher.collect(recorder.save, until=until)
         status = "finished" if not dispatcher.left() else "stopped at its deadline"
     except KeyboardInterrupt:
