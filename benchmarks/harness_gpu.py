@@ -57,6 +57,7 @@ RMSNORM = "l1/rmsnorm_llama3_1_8b"
 SIXTEEN_TOKENS = [2**k for k in range(16)]  # 1 .. 32768
 REPEAT_FLOOR_MS = 0.020  # run-to-run is judged on kernels of at least 20 us
 PROBE_ITERATIONS = 20
+LOG_CHARS = 20000  # of an unexpected verdict, kept whole in its entry
 LIMITS = Limits(setup_timeout_s=300.0, workload_timeout_s=300.0)
 
 
@@ -94,9 +95,14 @@ def exploits(out: Path) -> dict:
         started = time.perf_counter()
         _keep_a_worker_ahead(fixture, base)
         traces = run_fixture(fixture, base)
+        problems = mismatches(fixture, traces)
         entry = {"name": fixture.name, "expected": fixture.status.value,
                  "statuses": [t.status.value for t in traces],
-                 "problems": mismatches(fixture, traces),
+                 "problems": problems,
+                 # the whole verdict of an unexpected result (the worker's traceback): what
+                 # the next fix starts from, where the summaries keep only its head
+                 "logs": [(t.evaluation.log or "")[-LOG_CHARS:] for t in traces] if problems
+                 else [],
                  "verdicts": [(t.evaluation.evidence or t.evaluation.log or "")[:300]
                               for t in traces],
                  "median_ms": [t.evaluation.timing.median_ms if t.evaluation.timing else None

@@ -56,6 +56,41 @@ def test_compile_warm_up_builds_nothing_from_the_template(tmp_path, monkeypatch,
     assert _built(tmp_path / "tmp") == before, "the precompiled headers were built again"
 
 
+_FAILING_TEMPLATE_PROBE = """
+import json, sys, torch
+from torch._dynamo.utils import counters
+import solforge.harness.sandbox.warm as warm
+from solforge.harness import startup
+from solforge.harness.worker import _compile_once
+
+def broken(device):
+    raise RuntimeError("the template's graph would not load")
+
+warm.warm = broken
+_compile_once(torch.device("cpu"))
+print(json.dumps({"inductor": dict(counters["inductor"]),
+                  "marks": [step for step, _ in startup.marks()]}))
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_template_compile_falls_back_to_a_pointwise_compile(tmp_path):
+    """The warm-up is the harness's: if the template's compile raises (it did for an honest
+    candidate on an H100, 2026-12-06), the worker says so on stderr, marks the step, and still
+    compiles once before the guards' snapshot."""
+    env = python_env({**worker_env("cpu"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"),
+                      "TMPDIR": str(tmp_path)})
+    finished = subprocess.run([sys.executable, "-c", _FAILING_TEMPLATE_PROBE], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert "the template's graph would not load" in finished.stderr
+    assert "compiling a pointwise function instead" in finished.stderr
+    record = json.loads(finished.stdout.strip().splitlines()[-1])
+    assert record["marks"] == ["compile_template_failed"]
+    compiled = record["inductor"]
+    assert compiled.get("fxgraph_cache_miss", 0) + compiled.get("fxgraph_cache_hit", 0) == 1
+
+
 def test_cpu_templates_are_kept_per_thread_count():
     assert jit_cache.flavour("cpu", {}) == "cpu"
     assert jit_cache.flavour("cpu", {"OMP_NUM_THREADS": "1"}) == "cpu-threads-1"

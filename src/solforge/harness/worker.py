@@ -646,13 +646,32 @@ def _compile_once(device: torch.device) -> None:
     The function is the one the trusted JIT-cache template is warmed with (sandbox/warm.py), so
     a sandbox that starts from a copy of the template finds its compiled graph there: Inductor
     imports, traces and registers what a compile does, but generates and builds no code (on the
-    CPU a C++ build of seconds). Without the template it is an ordinary compile."""
+    CPU a C++ build of seconds). Without the template it is an ordinary compile.
+
+    Should that compile raise (on an H100 on 2026-12-06 it ended an honest torch.compile
+    candidate's worker with its traceback, cause not yet known), the warm-up is the harness's,
+    not the candidate's: its traceback goes to stderr, the step is marked
+    (`start_compile_template_failed` in the phase table), and a pointwise function is compiled
+    instead, the warm-up that ran on the H200 before the template (it registers what a compile
+    registers; only its build is not a cache hit)."""
     import torch._dynamo
 
     from solforge.harness.sandbox.warm import warm
 
-    warm(str(device))
+    try:
+        warm(str(device))
+    except Exception:
+        print("solforge: the harness's torch.compile warm-up from the JIT template failed; "
+              "compiling a pointwise function instead\n" + traceback.format_exc(),
+              file=sys.stderr, flush=True)
+        startup.mark("compile_template_failed")
+        torch._dynamo.reset()
+        torch.compile(_twice_plus_one, dynamic=False)(torch.ones(8, device=device))
     torch._dynamo.reset()
+
+
+def _twice_plus_one(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + 1
 
 
 def poisoned(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
