@@ -118,6 +118,23 @@ def test_only_float_tensors_of_one_gpu_take_the_kernel():
     assert compare._reductions(values, values.clone(), compare.Tolerance())[3:5] == [8.0, 8.0]
 
 
+
+def test_an_interpreted_kernel_never_takes_a_gpus_tensors(monkeypatch):
+    """Under TRITON_INTERPRET=1 (the tests' setting) the kernel would copy a GPU output's
+    every block through the host: minutes for one comparison. Such a process keeps the torch
+    path on the GPU too; a compiled kernel takes the pair."""
+    from types import SimpleNamespace
+
+    from solforge.harness import compare_kernel
+
+    assert compare_kernel.interpreted()  # this process imported Triton in its interpreter
+    device = torch.device("cuda", 0)
+    flat = SimpleNamespace(is_cuda=True, device=device, dtype=torch.bfloat16, dim=lambda: 1,
+                           numel=lambda: 64, is_contiguous=lambda: True)
+    assert not compare_kernel.eligible(flat, flat)
+    monkeypatch.setattr(compare_kernel, "interpreted", lambda: False)
+    assert compare_kernel.eligible(flat, flat)
+
 COMPILE = r'''
 import triton
 from triton.backends.compiler import GPUTarget

@@ -91,6 +91,52 @@ def test_a_failed_template_compile_falls_back_to_a_pointwise_compile(tmp_path):
     assert compiled.get("fxgraph_cache_miss", 0) + compiled.get("fxgraph_cache_hit", 0) == 1
 
 
+def test_the_warm_up_compiles_with_no_local_autotune_records(monkeypatch):
+    """A graph loaded from the template keeps the path of the warm-up's own sandbox for its
+    kernels' autotune records, a folder no later sandbox may write (PermissionError on an H100,
+    2026-12-06): the warm-up's compile keeps no records, and leaves the setting as it was."""
+    import torch
+    import torch._inductor.config as inductor_config
+
+    from solforge.harness.sandbox import warm
+
+    seen = []
+
+    def compile_(function, **options):
+        seen.append(inductor_config.autotune_local_cache)
+        return function
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    warm.warm("cpu")
+    assert seen == [False]
+    assert inductor_config.autotune_local_cache is True
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_sandbox_warms_up_from_the_template():
+    """The worker's compile warm-up, as a candidate's sandbox runs it: from a copy of the
+    template, under the sandbox's uid and write rules, with no fallback."""
+    from solforge.harness.sandbox import launcher
+    from solforge.harness.sandbox.box import Sandbox
+    from solforge.harness.sandbox.driver import protected_driver
+
+    env = worker_env("cuda")
+    policy = policy_for((), "cuda")
+    cache = jit_cache.template("cuda", policy, env)
+    assert cache is not None, "the CUDA template's warm-up failed"
+    sandbox = Sandbox(policy, warm_cache=cache)
+    try:
+        spec = sandbox.spec()
+        argv = launcher.command([spec.to_json(), "solforge.harness.sandbox.warm", "cuda"])
+        with protected_driver():
+            finished = subprocess.run(argv, env=sandbox.env(env), cwd=spec.cwd,
+                                      capture_output=True, text=True, timeout=300)
+    finally:
+        sandbox.remove()
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert finished.stdout.strip().endswith("warm")
+
+
 def test_cpu_templates_are_kept_per_thread_count():
     assert jit_cache.flavour("cpu", {}) == "cpu"
     assert jit_cache.flavour("cpu", {"OMP_NUM_THREADS": "1"}) == "cpu-threads-1"

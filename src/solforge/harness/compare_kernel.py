@@ -26,6 +26,7 @@ import contextlib
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 BLOCK = 2048
@@ -74,11 +75,20 @@ def _tally_blocks(out_ptr, ref_ptr, limits_ptr, partials_ptr, n,
 
 def eligible(out: torch.Tensor, ref: torch.Tensor) -> bool:
     """Whether the one-pass kernel takes this pair: flat contiguous float tensors of one CUDA
-    device, not empty (anything else goes through compare.py's torch path)."""
-    return (out.is_cuda and ref.is_cuda and out.device == ref.device
+    device, not empty, and the kernel compiled, not interpreted (anything else goes through
+    compare.py's torch path)."""
+    return (out.is_cuda and ref.is_cuda and out.device == ref.device and not interpreted()
             and out.dtype in FLOATS and ref.dtype in FLOATS
             and out.dim() == 1 and ref.dim() == 1 and out.numel() == ref.numel() > 0
             and out.is_contiguous() and ref.is_contiguous())
+
+
+def interpreted() -> bool:
+    """Whether this process's Triton runs the kernel in its interpreter (TRITON_INTERPRET=1
+    when Triton was imported, as the CPU tests set it): there it works, slowly, on CPU tensors;
+    on a GPU's it would copy every block through the host, minutes for one output (a GPU test
+    run under the tests' setting sat 5 minutes in one comparison on an H100, 2026-12-06)."""
+    return isinstance(_tally_blocks, InterpretedFunction)
 
 
 def tally(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, floor: float,

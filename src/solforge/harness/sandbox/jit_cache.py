@@ -33,7 +33,8 @@ from solforge.harness.sandbox.policy import Policy
 
 WARM_TIMEOUT_S = 600.0
 READY = "ready"
-LAYOUT = "2"  # the template's folders: cache/, and tmp/ with Inductor's precompiled headers
+LAYOUT = "3"  # the template's folders: cache/, and tmp/ with Inductor's precompiled headers;
+# 3: warm.py's kernels compiled with no local autotune records
 
 
 def template_root() -> Path:
