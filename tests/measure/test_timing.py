@@ -14,6 +14,7 @@ from solforge.hardware import datasheet_for_device
 from solforge.measure.clocks import ClockSampler
 from solforge.measure.timing import (
     DeviceSpan,
+    FlushTampered,
     TimingError,
     host_ids_in_ranges,
     l2_flush_buffer,
@@ -64,8 +65,10 @@ def test_device_methods_need_cuda():
 
 
 def test_flush_buffer_is_twice_the_l2():
-    buffer = l2_flush_buffer(1 << 20, "cpu")  # a row written and a row read, each twice the L2
-    assert buffer.shape[0] == 2 and buffer[0].nbytes == 2 << 20
+    rows = l2_flush_buffer(1 << 20, "cpu")  # a row written and a row read, each twice the L2
+    assert rows.written.nbytes == rows.read.nbytes == 2 << 20
+    assert rows.written.untyped_storage().data_ptr() != rows.read.untyped_storage().data_ptr()
+    assert not rows.written.any() and not rows.read.any()
     with pytest.raises(TimingError, match="positive"):
         l2_flush_buffer(0, "cpu")
 
@@ -288,3 +291,47 @@ def test_graph_and_event_methods_bracket_the_kernel_time():
         if timing.sm_clock_mhz is not None:
             low, high = timing.sm_clock_mhz
             assert 0 < low <= high
+
+
+_SHRINKS = {
+    "resize_": lambda t: t.resize_(1),
+    "as_strided_": lambda t: t.as_strided_(t.shape, (0,)),
+    "set_": lambda t: t.set_(torch.empty(t.shape, dtype=t.dtype).untyped_storage()),
+}
+
+
+@pytest.mark.parametrize("shrink", list(_SHRINKS))
+def test_a_call_that_changes_the_flush_buffers_in_place_is_caught(shrink):
+    """A call can reach the loop's frame and the flush's tensors in it: shrunk, re-strided to
+    one element or moved, the next flush stops the loop instead of leaving the L2 warm."""
+    import sys
+
+    def run(i: int) -> None:
+        frame = sys._getframe(1)
+        while frame.f_code.co_name != "_time_cpu":
+            frame = frame.f_back
+        if i == 2:
+            _SHRINKS[shrink](frame.f_locals["buffer"].read)
+
+    with pytest.raises(FlushTampered, match="flush"):
+        time_iterations(run, iterations=5, warmup=1, method="cpu", flush_bytes=4096)
+    flushed = time_iterations(lambda i: None, iterations=5, warmup=1, method="cpu",
+                              flush_bytes=4096)
+    assert len(flushed.times_ms) == 5  # an honest loop with the same flush
+
+
+def test_the_kernel_timers_session_hands_its_records_to_the_caller():
+    """The kernel timer starts and stops its profiler session with the profiler's own
+    functions: the records come back from the stop, with the harness's ranges and the host ops
+    inside them (no object that a call could reach holds them in between)."""
+    from solforge.measure import timing
+
+    timing._start_profiler()
+    try:
+        with record_function("solforge.flush.test"):
+            torch.ones(4).fill_(2.0)
+    finally:
+        records = timing._disable_profiler()
+    events = records.events()
+    ranges = host_ids_in_ranges(events, "solforge.flush.test")
+    assert len(ranges) == 1 and len(ranges[0]) >= 2  # the range and the ops inside it

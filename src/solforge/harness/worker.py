@@ -58,7 +58,7 @@ from solforge.harness.guards import Guards, Violation
 from solforge.harness.hold import OtherThreadsHeld, hold
 from solforge.harness.memory import return_spare_memory
 from solforge.harness.protocol import WorkerConfig
-from solforge.measure.timing import ForgedRange, StopRule, Timing, TimingError, time_iterations
+from solforge.measure.timing import StopRule, Timing, TimingError, TimingTampered, time_iterations
 from solforge.problem.inputs import make_inputs
 from solforge.problem.outputs import OutputMismatch, as_output_list
 from solforge.problem.problem import Problem, load_problem, tensor_shape
@@ -512,7 +512,7 @@ class Worker:
                                      flush_bytes=self.config.flush_bytes,
                                      before_iteration=calls.before, after_iteration=calls.after,
                                      stop=StopRule(minimum) if minimum > 0 else None)
-        except ForgedRange as exc:
+        except TimingTampered as exc:
             raise CandidateFault(Status.REWARD_HACK, f"timing: {exc}") from None
         except TimingError as exc:
             raise CandidateFault(Status.RUNTIME_ERROR, f"timing failed: {exc}") from None

@@ -43,7 +43,16 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from torch.autograd import DeviceType
+from torch._C._profiler import _ExperimentalConfig
+from torch.autograd import (
+    DeviceType,
+    ProfilerActivity,
+    ProfilerConfig,
+    ProfilerState,
+    _disable_profiler,
+    _enable_profiler,
+    _prepare_profiler,
+)
 
 from solforge.errors import SolforgeError
 from solforge.measure.clocks import ClockReader, ClockSampler, clock_reader
@@ -61,8 +70,16 @@ class TimingError(SolforgeError):
     """A measurement that could not be taken or cannot be trusted."""
 
 
-class ForgedRange(TimingError):
+class TimingTampered(TimingError):
+    """The timing's own state changed under it: a candidate's doing (a reward hack)."""
+
+
+class ForgedRange(TimingTampered):
     """A profiler range under the harness's secret name that the harness did not open."""
+
+
+class FlushTampered(TimingTampered):
+    """The L2 flush's buffers are not the ones the loop made (moved, resized or re-strided)."""
 
 
 class Timing(NamedTuple):
@@ -112,7 +129,7 @@ def _spread(p10: float, median: float, p90: float) -> float:
     return 0.0 if p90 == p10 else math.inf
 
 
-def l2_flush_buffer(l2_bytes: int, device: torch.device | str | int) -> torch.Tensor:
+def l2_flush_buffer(l2_bytes: int, device: torch.device | str | int) -> FlushRows:
     """Flush buffers of twice `l2_bytes` each: one written, one read (see `_flush`)."""
     if l2_bytes <= 0:
         raise TimingError(f"L2 size must be positive, got {l2_bytes}")
@@ -222,12 +239,13 @@ def _check_loop(method: str, iterations: int, warmup: int) -> None:
         raise TimingError(f"timing method {method!r} needs a CUDA device; use method='cpu'")
 
 
-@dataclass(frozen=True)
-class _Tools:
+class _Tools(NamedTuple):
     """What every chunk of one timed loop uses, made once per loop: the flush buffer (twice the
-    L2, zeroed on the device) and the clock reader (an NVML initialisation and handle)."""
+    L2, zeroed on the device) and the clock reader (an NVML initialisation and handle). A named
+    tuple, as `Timing`: a call can reach the loop's frame, and `object.__setattr__` would hand a
+    frozen dataclass's later chunks another buffer."""
 
-    buffer: torch.Tensor | None  # None: no flush (the CPU without flush_bytes)
+    buffer: FlushRows | None  # None: no flush (the CPU without flush_bytes)
     reader: ClockReader | None
 
     @classmethod
@@ -264,26 +282,52 @@ def _nothing(_: int) -> None:
     return None
 
 
-def _flush_buffer(nbytes: int, device: torch.device | str | int) -> torch.Tensor:
-    """Two rows of `nbytes`: the first is written, the second read, before every iteration."""
-    return torch.zeros((2, max(nbytes // 4, 1)), dtype=torch.int32, device=device)
+class FlushRows(NamedTuple):
+    """Two buffers of one size: `written` is written, `read` read, before every iteration;
+    `layout`: where each began and how many elements it held when made (see `_flush`)."""
+
+    written: torch.Tensor
+    read: torch.Tensor
+    layout: tuple[int, int, int]
 
 
-def _flush(buffer: torch.Tensor, i: int) -> None:
-    """Evict the L2 and leave it clean.
+def _flush_buffer(nbytes: int, device: torch.device | str | int) -> FlushRows:
+    """Two separate tensors, each made and zeroed by ops the worker's guards watch
+    (`aten::empty.memory_format`, `aten::fill_.Scalar`), never rows of one tensor: a row is a
+    view (`buffer[0]`, aten::select), and a kernel a candidate registered over an op no guard
+    dumps could hand the flush a few bytes of it to write and read, leaving the candidate's
+    inputs in the L2 for its timed calls."""
+    size = max(nbytes // 4, 1)
+    written, read = (torch.empty(size, dtype=torch.int32, device=device).fill_(0)
+                     for _ in range(2))
+    return FlushRows(written, read, (written.data_ptr(), read.data_ptr(), size))
 
-    Writing the first row evicts whatever the L2 held (a new value each time, so no write is a
+
+def _flush(rows: FlushRows, i: int) -> None:
+    """Evict the L2 and leave it clean, with the two ops the guards watch: `fill_` and `amax`.
+
+    Writing `written` evicts whatever the L2 held (a new value each time, so no write is a
     no-op), but leaves the L2 full of dirty lines, which the timed kernel would then pay to
-    write back. Reading the second row, as large, pushes those write-backs into the flush and
-    leaves only clean lines behind, as Nsight Compute's cache control does.
+    write back. Reading `read`, as large, pushes those write-backs into the flush and leaves
+    only clean lines behind, as Nsight Compute's cache control does.
+
+    A call can reach the loop's frames and the two tensors in them, and shrink either in place
+    (`resize_`, `set_`, `as_strided_`): the flush would write and read a few bytes and leave
+    the candidate's inputs in the L2. Each flush first checks that both still start where they
+    did, hold as many elements and are dense (a few attribute reads, microseconds).
     """
-    buffer[0].fill_(i + 1)
-    torch.amax(buffer[1])
+    written, read, (written_at, read_at, size) = rows
+    if (written.data_ptr() != written_at or read.data_ptr() != read_at
+            or written.numel() != size or read.numel() != size
+            or written.stride() != (1,) or read.stride() != (1,)):
+        raise FlushTampered("the L2 flush's buffers were changed during the timed calls")
+    written.fill_(i + 1)
+    torch.amax(read)
 
 
 def _time_cpu(run: Callable[[int], None], before: Callable[[int], None],
               after: Callable[[int], None], iterations: int, warmup: int,
-              buffer: torch.Tensor | None, first: int) -> Timing:
+              buffer: FlushRows | None, first: int) -> Timing:
     """The host's clock around each call. The times are kept in a tuple, never a list: a
     candidate's call can reach this frame (`sys._getframe`) and would scale a list of the
     earlier calls' times in place; a tuple held in a local can only be rebound, which takes a
@@ -308,7 +352,7 @@ def _time_cpu(run: Callable[[int], None], before: Callable[[int], None],
 
 
 def _time_events(run: Callable[[int], None], before: Callable[[int], None],
-                 after: Callable[[int], None], iterations: int, warmup: int, buffer: torch.Tensor,
+                 after: Callable[[int], None], iterations: int, warmup: int, buffer: FlushRows,
                  sampler: ClockSampler, first: int) -> tuple[tuple[float, ...], None]:
     times: tuple[float, ...] = ()  # a tuple: see `_time_cpu`
     sync = torch.cuda.synchronize  # bound before any call: see `_time_kernels`
@@ -332,7 +376,7 @@ def _time_events(run: Callable[[int], None], before: Callable[[int], None],
 
 
 def _time_graph(run: Callable[[int], None], before: Callable[[int], None],
-                after: Callable[[int], None], iterations: int, warmup: int, buffer: torch.Tensor,
+                after: Callable[[int], None], iterations: int, warmup: int, buffer: FlushRows,
                 sampler: ClockSampler, first: int) -> tuple[tuple[float, ...], None]:
     """Warm-up runs eagerly (compiles, creates handles); each timed iteration is captured into its
     own graph, with its own inputs, and replayed once."""
@@ -378,9 +422,9 @@ def _capture(run: Callable[[int], None], i: int) -> torch.cuda.CUDAGraph:
 
 
 def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
-                  after: Callable[[int], None], iterations: int, warmup: int, buffer: torch.Tensor,
+                  after: Callable[[int], None], iterations: int, warmup: int, buffer: FlushRows,
                   sampler: ClockSampler, first: int) -> tuple[tuple[float, ...], float]:
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import record_function
 
     token = secrets.token_hex(8)  # a candidate cannot name its own work like the harness's
     setup_range, flush_range = f"solforge.setup.{token}", f"solforge.flush.{token}"
@@ -388,9 +432,10 @@ def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
     # Bound before any call: between a call's return and `after` (whose first act is the
     # guards' check) only these run, so a patch of the module's name that restores itself once
     # called would never be called here, and is still there when the check looks.
-    sync = torch.cuda.synchronize
+    sync, stop = torch.cuda.synchronize, _disable_profiler
     sync()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    _start_profiler()
+    try:
         for i in range(total):
             with record_function(setup_range):
                 before(first + i)
@@ -402,7 +447,12 @@ def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
             with record_function(setup_range):
                 after(first + i)
             _sample_clocks(sampler, i, warmup, iterations)
-    events = prof.profiler.kineto_results.events()
+    finally:
+        try:
+            sync()  # the last hand-over's copies end inside the session
+        finally:
+            records = stop()
+    events = records.events()
     kinds = [activity_of(e) for e in events]  # once: each pass below reads them
     spans = [DeviceSpan(e.start_ns(), e.end_ns(), e.linked_correlation_id())
              for e, kind in zip(events, kinds) if kind in DEVICE_WORK]
@@ -426,6 +476,23 @@ def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
     groups = split_iterations(spans, markers, harness)[warmup:]
     times = tuple(window_ms(group) for group in groups)
     return times, sum(len(group) for group in groups) / len(groups)
+
+
+def _start_profiler() -> None:
+    """A Kineto session of host ops and device work, through the profiler's own functions.
+
+    Not `torch.profiler.profile`: the loop's frame would hold that object, which a call can
+    reach (`sys._getframe`), and the records are read from its attributes after the last call
+    (`prof.profiler.kineto_results`), reached through more of them on the way out
+    (`prof.profiler.__exit__`, its `action_map`): swapping one for an object that answers with
+    scaled records changes no name the guards watch. Here the records come back from
+    `_disable_profiler` into a local of the loop's frame, after the last call, which only a
+    trace function could rebind (harness/tracer_hook.py stops any but the harness's)."""
+    config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False,
+                            _ExperimentalConfig())
+    activities = {ProfilerActivity.CPU, ProfilerActivity.CUDA}
+    _prepare_profiler(config, activities)
+    _enable_profiler(config, activities)
 
 
 def activity_of(event) -> str:
