@@ -4,7 +4,12 @@
 #
 #   benchmarks/run_gpu_checks.sh OUTDIR [STAGE ...]
 #
-#   stages: env tests calibrate harness   (the default, in this order)
+#   stages: env tests calibrate harness   (the default, in this order; tests: the `gpu`-marked
+#                        tests, until the call's deadline, each outcome appended to
+#                        OUTDIR/TAG-gpu-tests.jsonl as it comes; a later call goes on from
+#                        that ledger's copy at GPU_TESTS_LEDGER, default the committed
+#                        benchmarks/results/TAG-gpu-tests.jsonl, running only what it lacks for
+#                        the same code: tests/ledger.py)
 #           throughput   issue 13: seconds per optimizer candidate, phases before/after, the
 #                        suite cold/warm (benchmarks/throughput_gpu.py, resumable)
 #           sharing      issue 13 with units sharing the GPU: for each N of SHARE_PER_GPU
@@ -162,8 +167,15 @@ print('device', torch.cuda.get_device_name(0))"
     } > "$out/environment.txt" 2>&1
 }
 
-stage_tests() {
-    "$python" -m pytest -m gpu -q -rA -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.log"
+stage_tests() {  # goes on from the ledger of the same code (tests/ledger.py), see the usage
+    local ledger=$out/$tag-gpu-tests.jsonl from=${GPU_TESTS_LEDGER:-benchmarks/results/$tag-gpu-tests.jsonl}
+    [ -s "$ledger" ] || [ ! -s "$from" ] || cp "$from" "$ledger"
+    # stopped (SIGINT: pytest still reports what ran) 15 s before the call's deadline; a hang
+    # prints every thread's stack after 300 s
+    SOLFORGE_TESTS_LEDGER=$ledger timeout -s INT "$((deadline > 45 ? deadline - 15 : 30))" \
+        "$python" -m pytest -m gpu -q -rA -p no:cacheprovider -o faulthandler_timeout=300 \
+        2>&1 | tee -a "$out/gpu-tests.log"
+    "$python" tests/ledger.py "$ledger" | tee -a "$out/gpu-tests.log"
 }
 
 stage_calibrate() {
@@ -433,7 +445,7 @@ stage_ipc() {
 for stage in "${stages[@]}"; do
     case $stage in
         env) run_stage env environment.txt stage_env ;;
-        tests) run_stage tests gpu-tests.log stage_tests ;;
+        tests) run_stage tests "" stage_tests ;;
         calibrate) run_stage calibrate "$tag-measured.json" stage_calibrate ;;
         harness) run_stage harness harness_summary.json stage_harness ;;
         throughput) on_an_h200 throughput && run_stage throughput "" stage_throughput ;;

@@ -331,3 +331,28 @@ def test_the_variants_stage_takes_its_arguments_from_variants_args(tmp_path, giv
     env = {} if given is None else {"VARIANTS_ARGS": given}
     (line,) = _calls(tmp_path, out, "variants", **env)
     assert line == f"benchmarks/variants_gpu.py -o {out}/variants.json {expected}"
+
+
+def test_the_tests_stage_goes_on_from_the_ledger_and_leaves_it_for_the_next_call(tmp_path):
+    """The `gpu`-marked tests outlast one call: they run with the ledger copied in (from
+    GPU_TESTS_LEDGER, default the committed one), stop before the call's deadline, and the
+    ledger in OUTDIR is the one a second call in the same folder goes on with."""
+    committed, out = tmp_path / "committed.jsonl", tmp_path / "out"
+    committed.write_text('{"code": "c", "node": "t", "outcome": "passed"}\n')
+    python, calls = tmp_path / "python", tmp_path / "calls.txt"
+    python.write_text('#!/usr/bin/env bash\necho "ledger=${SOLFORGE_TESTS_LEDGER:-} $*" >> '
+                      '"$CALLS"\n')
+    python.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(python), "CALLS": str(calls),
+           "GPU_TESTS_LEDGER": str(committed)}
+    for _ in range(2):
+        done = subprocess.run(["bash", str(SCRIPT), str(out), "tests"], env=env,
+                              capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert done.returncode == 0, done.stdout + done.stderr
+        (out / "h200-gpu-tests.jsonl").open("a").write("a later outcome\n")
+    ledger = out / "h200-gpu-tests.jsonl"
+    assert ledger.read_text().splitlines()[1:] == ["a later outcome", "a later outcome"]
+    first, summary = calls.read_text().splitlines()[:2]
+    assert first.startswith(f"ledger={ledger} -m pytest -m gpu ")
+    assert "faulthandler_timeout=300" in first
+    assert summary == f"ledger= tests/ledger.py {ledger}"
