@@ -324,14 +324,20 @@ def test_the_kernel_timers_session_hands_its_records_to_the_caller():
     """The kernel timer starts and stops its profiler session with the profiler's own
     functions: the records come back from the stop, with the harness's ranges and the host ops
     inside them (no object that a call could reach holds them in between)."""
+    from torch.autograd import profiler as autograd_profiler
+
     from solforge.measure import timing
 
     timing._start_profiler()
     try:
         with record_function("solforge.flush.test"):
             torch.ones(4).fill_(2.0)
+        # what Inductor's compiled code reads to launch as it does under `profile`
+        assert autograd_profiler._is_profiler_enabled
     finally:
         records = timing._disable_profiler()
+        timing._run_on_profiler_stop()
+    assert not autograd_profiler._is_profiler_enabled
     events = records.events()
     ranges = host_ids_in_ranges(events, "solforge.flush.test")
     assert len(ranges) == 1 and len(ranges[0]) >= 2  # the range and the ops inside it

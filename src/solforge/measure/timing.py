@@ -53,6 +53,7 @@ from torch.autograd import (
     _enable_profiler,
     _prepare_profiler,
 )
+from torch.autograd.profiler import _run_on_profiler_start, _run_on_profiler_stop
 
 from solforge.errors import SolforgeError
 from solforge.measure.clocks import ClockReader, ClockSampler, clock_reader
@@ -432,7 +433,7 @@ def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
     # Bound before any call: between a call's return and `after` (whose first act is the
     # guards' check) only these run, so a patch of the module's name that restores itself once
     # called would never be called here, and is still there when the check looks.
-    sync, stop = torch.cuda.synchronize, _disable_profiler
+    sync, stop, stopped = torch.cuda.synchronize, _disable_profiler, _run_on_profiler_stop
     sync()
     _start_profiler()
     try:
@@ -452,6 +453,7 @@ def _time_kernels(run: Callable[[int], None], before: Callable[[int], None],
             sync()  # the last hand-over's copies end inside the session
         finally:
             records = stop()
+            stopped()
     events = records.events()
     kinds = [activity_of(e) for e in events]  # once: each pass below reads them
     spans = [DeviceSpan(e.start_ns(), e.end_ns(), e.linked_correlation_id())
@@ -487,11 +489,17 @@ def _start_profiler() -> None:
     (`prof.profiler.__exit__`, its `action_map`): swapping one for an object that answers with
     scaled records changes no name the guards watch. Here the records come back from
     `_disable_profiler` into a local of the loop's frame, after the last call, which only a
-    trace function could rebind (harness/tracer_hook.py stops any but the harness's)."""
+    trace function could rebind (harness/tracer_hook.py stops any but the harness's).
+
+    PyTorch's Python flag that a profiler is on is set as `profile` sets it (and cleared after
+    the stop): Inductor's compiled code reads it to launch its kernels by the path that
+    annotates them, so a torch.compile baseline or candidate runs as it did under `profile`,
+    the way every recorded time was taken."""
     config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False,
                             _ExperimentalConfig())
     activities = {ProfilerActivity.CPU, ProfilerActivity.CUDA}
     _prepare_profiler(config, activities)
+    _run_on_profiler_start()
     _enable_profiler(config, activities)
 
 
