@@ -118,7 +118,6 @@ def test_only_float_tensors_of_one_gpu_take_the_kernel():
     assert compare._reductions(values, values.clone(), compare.Tolerance())[3:5] == [8.0, 8.0]
 
 
-
 def test_an_interpreted_kernel_never_takes_a_gpus_tensors(monkeypatch):
     """Under TRITON_INTERPRET=1 (the tests' setting) the kernel would copy a GPU output's
     every block through the host: minutes for one comparison. Such a process keeps the torch
@@ -134,6 +133,7 @@ def test_an_interpreted_kernel_never_takes_a_gpus_tensors(monkeypatch):
     assert not compare_kernel.eligible(flat, flat)
     monkeypatch.setattr(compare_kernel, "interpreted", lambda: False)
     assert compare_kernel.eligible(flat, flat)
+
 
 COMPILE = r'''
 import triton
