@@ -651,10 +651,9 @@ def _compile_once(device: torch.device) -> None:
     Should that compile raise (on an H100 on 2026-12-06 it ended an honest torch.compile
     candidate's worker: an Inductor autotune record bound for the template's own sandbox, see
     warm.py), the warm-up is the harness's, not the candidate's: its traceback goes to stderr,
-    the step is marked
-    (`start_compile_template_failed` in the phase table), and a pointwise function is compiled
-    instead, the warm-up that ran on the H200 before the template (it registers what a compile
-    registers; only its build is not a cache hit)."""
+    the step is marked (`start_compile_template_failed` in the phase table), and a pointwise
+    function is compiled instead, the warm-up that ran on the H200 before the template (it
+    registers what a compile registers; only its build is not a cache hit)."""
     import torch._dynamo
 
     from solforge.harness.sandbox.warm import warm
