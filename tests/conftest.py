@@ -15,18 +15,19 @@ import ledger
 import numpy as np
 import pytest
 import torch
+import triton_mode
 from helpers import write_problem
-
-# Triton kernels in the tests run in Triton's interpreter on the CPU.
-os.environ.setdefault("TRITON_INTERPRET", "1")
-
 
 _LEDGER = pytest.StashKey[tuple[Path, str] | None]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """With SOLFORGE_TESTS_LEDGER set, outcomes go to that ledger and a later run of the same
-    code goes on where this one stopped (ledger.py)."""
+    """Triton kernels run in Triton's interpreter on the CPU, and compiled in a GPU-only run on
+    a GPU (triton_mode.py); set before any test module decorates one. With
+    SOLFORGE_TESTS_LEDGER set, outcomes go to that ledger and a later run of the same code goes
+    on where this one stopped (ledger.py)."""
+    if triton_mode.interprets(config.getoption("markexpr") or "", torch.cuda.is_available()):
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     path = os.environ.get(ledger.ENV)
     config.stash[_LEDGER] = (Path(path), ledger.fingerprint()) if path else None
 

@@ -76,8 +76,10 @@ def _fake_ncu(folder: Path, exit_code: int) -> None:
     script = folder / "ncu"
     script.write_text(textwrap.dedent(f"""\
         #!{sys.executable}
-        import json, sys
+        import json, os, sys
         args = sys.argv[1:]
+        # interpreted, the candidate's Triton kernels would launch nothing to profile
+        assert "TRITON_INTERPRET" not in os.environ, "TRITON_INTERPRET reached the candidate"
         assert args[args.index("--profile-from-start") + 1] == "off", args
         assert args[args.index("--metrics") + 1] == {",".join(METRICS)!r}, args
         assert "--csv" in args and args[args.index("--print-units") + 1] == "base"

@@ -34,7 +34,7 @@ from solforge.harness.channel import Frame
 from solforge.harness.evaluate import EvalConfig, EvaluationRun, evaluate
 from solforge.harness.judge import reproducible_inputs
 from solforge.harness.memory import SPARE_BYTES, return_spare_memory
-from solforge.harness.oracle import ReferenceOracle, same_bits
+from solforge.harness.oracle import ReferenceOracle, same_bits, tensor_bytes
 from solforge.harness.pool import WorkerPool, shared_pool
 from solforge.harness.protocol import WorkerConfig
 from solforge.harness.startup import waited_steps
@@ -491,6 +491,25 @@ def test_the_oracle_returns_spare_memory_after_each_reference(tmp_path, monkeypa
     # made (inside the repeatability check), checked, referenced, released
     spare = SPARE_BYTES
     assert checked == [spare, spare, spare, 0]
+
+
+@pytest.mark.parametrize(("budget_outputs", "kept"), [(100, 4), (2.5, 2), (0.5, 1)])
+def test_the_oracle_keeps_the_latest_references_that_fit_its_budget(tmp_path, monkeypatch,
+                                                                    budget_outputs, kept):
+    """At most four, and no more bytes than the budget (always the latest): four 5 GB
+    log-softmax references would hold 20 GB of an 80 GB GPU in the driver."""
+    from solforge.harness import oracle as oracle_module
+
+    problem = _custom_problem(tmp_path, SEEDED)
+    workload = problem.workloads[0]
+    oracle = ReferenceOracle(problem, torch.device("cpu"))
+    size = tensor_bytes(oracle.expected(workload, 0))
+    monkeypatch.setattr(oracle_module, "_KEPT_BYTES", int(budget_outputs * size))
+    first = [oracle.expected(workload, seed) for seed in range(1, 7)]
+    assert [key[1] for key in oracle._expected] == list(range(7 - kept, 7))
+    assert oracle.expected(workload, 6) is first[-1]  # the latest, not computed again
+    again = oracle.expected(workload, 1)  # dropped: computed again, the same values
+    assert all(map(same_bits, again, first[0]))
 
 
 def test_same_bits_tells_nan_payloads_signed_zeros_and_dtypes_apart():

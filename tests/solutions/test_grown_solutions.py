@@ -85,12 +85,15 @@ CPU_FEWEST = dict(device="cpu", baseline="eager", smallest=1, rounds=1, warmup=0
                   verify=1)
 
 
-def _evaluate(address: str, config: EvalConfig) -> list[Status]:
+def _evaluate(address: str, config: EvalConfig) -> list[tuple[Status, str]]:
+    """Each workload's status, with the first line of its log: why it failed (on a GPU run the
+    assertion's message is the only record of it)."""
     problem = open_problem(address)
     solution = load_solution(SOLUTIONS / address / GROWN[address])
     assert solution.definition == problem.definition.name
     assert solution.languages == ("triton",) and solution.destination_passing_style
-    return [trace.evaluation.status for trace in evaluate(problem, solution, config)]
+    return [(trace.evaluation.status, (trace.evaluation.log.strip().splitlines() or [""])[0])
+            for trace in evaluate(problem, solution, config)]
 
 
 @pytest.mark.slow
@@ -100,15 +103,17 @@ def test_grown_solution_passes_the_harness_on_the_cpu(address, tmp_path):
     # 180 s per workload on a loaded machine.
     limits = Limits(workload_timeout_s=900.0) if address in SLOW_DIRECT else Limits()
     config = EvalConfig(**CPU_FEWEST, limits=limits, cache_dir=tmp_path)
-    assert _evaluate(address, config) == [Status.PASSED]
+    verdicts = _evaluate(address, config)
+    assert [status for status, _ in verdicts] == [Status.PASSED], verdicts
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("address", GROWN)
 def test_grown_solution_passes_every_workload_on_the_gpu(address, tmp_path):
     config = EvalConfig(device="cuda", baseline="eager", cache_dir=tmp_path)
-    statuses = _evaluate(address, config)
-    assert statuses == [Status.PASSED] * len(open_problem(address).workloads), statuses
+    verdicts = _evaluate(address, config)
+    statuses = [status for status, _ in verdicts]
+    assert statuses == [Status.PASSED] * len(open_problem(address).workloads), verdicts
 
 
 def _kernel(address: str, tmp_path: Path) -> ModuleType:

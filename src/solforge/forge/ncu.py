@@ -16,12 +16,14 @@ Light, Occupancy, Launch Statistics, Memory Workload Analysis):
 
 The candidate runs in a child process under `ncu` (never in the optimizer's), and both run in
 a sandbox like a worker's (harness/sandbox: a private uid, writes only to their own folders, no
-ptrace of other processes), since the candidate's code is hostile: its entry point
-is called WARMUP times (Triton compiles, autotuners choose) and then once between
-cudaProfilerStart and cudaProfilerStop, with ncu told not to profile from the start, so only
-that call's kernels are profiled (an NVTX range filter, used before, profiled no kernel in the
-sandbox on the H200; the range stays, as a label). These metrics are feedback,
-never fitness: the harness's timing alone decides the archive. Without `ncu` on PATH, or on a
+ptrace of other processes), since the candidate's code is hostile: its entry point is called
+WARMUP times (Triton compiles, autotuners choose) and then once between cudaProfilerStart and
+cudaProfilerStop, with ncu told not to profile from the start, so only that call's kernels are
+profiled (an NVTX range around it stays, as a label). Neither this nor the NVTX range filter
+used before profiled any kernel in the GPU test (H200 2026-12-02, H100 2026-12-06) while the
+tests' TRITON_INTERPRET=1 reached the child: its Triton kernels ran on the host. The child no
+longer gets it. These metrics are feedback, never fitness: the harness's timing alone decides
+the archive. Without `ncu` on PATH, or on a
 machine without a GPU, there are none, and the prompt says nothing about them.
 
     python -m solforge.forge.ncu REQUEST.json     (the child; REQUEST names the solution, the
@@ -125,8 +127,12 @@ def profile_solution(solution: dict[str, Any], problem_dir: Path, workload_uuid:
         command = [ncu, "--csv", "--print-units", "base", "--log-file", str(report),
                    "--metrics", ",".join(METRICS), "--profile-from-start", "off",
                    *python_command("solforge.forge.ncu", str(request))]
-        # ncu runs the candidate: both in a sandbox like a worker's (see capture.py)
-        finished = run_program_sandboxed(command, timeout_s, python_env(dict(os.environ)), folder,
+        # ncu runs the candidate: both in a sandbox like a worker's (see capture.py), its
+        # Triton compiled for the GPU (interpreted, as the CPU tests set it, its kernels would
+        # run on the host: "No kernels were profiled" under pytest on the H100 and the H200)
+        env = {key: value for key, value in python_env(dict(os.environ)).items()
+               if key != "TRITON_INTERPRET"}
+        finished = run_program_sandboxed(command, timeout_s, env, folder,
                                          output, readable=[Path(problem_dir), Path(ncu)],
                                          device_type="cuda")
         text = report.read_text(errors="replace") if report.is_file() else ""

@@ -6,7 +6,8 @@ expected output, and never runs the generator: mutating inputs, reading the refe
 `gc`, getting the reference's freed output back from the caching allocator, or hooking the
 random-number kernels therefore find nothing. Each seed's inputs are made once and kept until
 its reference is computed (or dropped, for a timed call that is not compared, and when the
-workload's verdict is in); each seed's reference is computed once and cached.
+workload's verdict is in); each seed's reference is computed once and cached, the latest few
+while they fit in _KEPT_BYTES.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ class ReferenceFailure(Exception):
 
 
 _KEPT_REFERENCES = 4
+# Bytes of reference outputs kept beyond the latest: four 5 GB log-softmaxes of a 151,936-word
+# vocabulary (8,192 tokens, float32) would hold 20 GB of an 80 GB GPU in the driver, beside
+# the workers' copies; recomputing one costs the reference's milliseconds.
+_KEPT_BYTES = 2 << 30
 
 
 class ReferenceOracle:
@@ -102,7 +107,9 @@ class ReferenceOracle:
         del inputs
         return_spare_memory(self.device)
         self._expected[key] = values
-        while len(self._expected) > _KEPT_REFERENCES:
+        while len(self._expected) > 1 and (
+                len(self._expected) > _KEPT_REFERENCES
+                or sum(map(tensor_bytes, self._expected.values())) > _KEPT_BYTES):
             self._expected.popitem(last=False)
         return values
 
