@@ -1,13 +1,15 @@
 """Issue 6 on the H200: template search (`solforge optimize --proposer templates`) over L1 and
 L2 problems, within a deadline per call, resumable, and the goal numbers from what it found.
 
-    python benchmarks/forge_gpu.py OUTDIR [PROBLEM ...] [--count 24] [--budget 32]
+    python benchmarks/forge_gpu.py OUTDIR [PROBLEM ...] [--count N] [--budget 32]
                                    [--patience 8] [--deadline-s 540] [--device cuda|cpu]
                                    [--name h200] [--compose [--seeds]] [--again TEXT ...]
     python benchmarks/forge_gpu.py OUTDIR --tables-only   (the summary again, no GPU)
 
-Problems: those given, else the first --count bundled L1 and L2 problems that a template
-applies to, in suite order. Each is searched with up to --budget candidates into
+Problems: those given, else every bundled L1 and L2 problem that a template applies to (47), in
+suite order (--count N: the first N). Until 2026-12-06 the default was the first 24: in suite
+order that took 9 of the 12 GEMMs among its first 20, where cuBLAS is the baseline to beat,
+against a quarter of the whole set. Each is searched with up to --budget candidates into
 OUTDIR/forge.db (the archive; a rerun reuses every candidate already judged), judged through the
 local runner as `solforge optimize` judges them (one slot, spare processes started ahead); a
 template's search ends once --patience candidates in a row have not raised the best fitness by
@@ -131,8 +133,8 @@ class Call:
         return self.out / f"{self.name}-forge-compose.jsonl"
 
 
-def default_problems(count: int) -> list[str]:
-    """The first `count` bundled L1 and L2 problems that some template solves."""
+def default_problems(count: int | None = None) -> list[str]:
+    """The bundled L1 and L2 problems that some template solves (the first `count` of them)."""
     chosen = []
     for folder in bundled_problem_dirs():
         if tier_of(folder) not in ("l1", "l2"):
@@ -470,7 +472,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("problems", nargs="*")
-    parser.add_argument("--count", type=int, default=24, help="problems when none are given")
+    parser.add_argument("--count", type=int, default=None,
+                        help="problems when none are given (default: every one)")
     parser.add_argument("--budget", type=int, default=32)
     parser.add_argument("--patience", type=int, default=8,
                         help="candidates without a gain that end a search (0: none)")

@@ -34,9 +34,9 @@
 #                        bench seconds of each call are summed in OUTDIR/suitewarm/
 #                        TAG-warm-suite-time.json; goes on from the committed
 #                        TAG-warm-suite.db.gz (or WARM_STORE) and TAG-warm-suite-calls.jsonl
-#           forge        template search over 24 L1/L2 problems and its goal (issue 6; goes
-#                        on from the committed TAG-forge.db.gz, TAG-forge.jsonl and
-#                        TAG-forge-cuts.jsonl, or FORGE_STORE, and leaves
+#           forge        template search over the 47 L1/L2 problems a template solves and its
+#                        goal (issue 6; goes on from the committed TAG-forge.db.gz,
+#                        TAG-forge.jsonl and TAG-forge-cuts.jsonl, or FORGE_STORE, and leaves
 #                        OUTDIR/forge/TAG-forge.db.gz to commit; FORGE_COMPOSE=1 adds a
 #                        per-shape composite to the problems already finished instead of
 #                        searching: forge_gpu.py --compose, and FORGE_SEEDS=1 with it judges

@@ -183,6 +183,21 @@ def test_a_stall_says_on_how_many_workloads_pytorch_was_the_fastest(monkeypatch)
     assert stall["pytorch_fastest"] == {"shapes": 2, "of": 3}
 
 
+def test_the_forge_goal_run_takes_every_problem_a_template_solves(monkeypatch):
+    """Every L1/L2 problem a template applies to, not a prefix of the suite: the first 24 in
+    suite order held 9 of the 12 GEMMs among their first 20."""
+    from solforge.forge.templates import templates_for
+    from solforge.problem.suite import bundled_problem_dirs, open_problem, tier_of
+
+    script = _load_script(FORGE_SCRIPT, monkeypatch)
+    every = script.default_problems()
+    expected = [f"{tier_of(f)}/{f.name}" for f in bundled_problem_dirs()
+                if tier_of(f) in ("l1", "l2") and templates_for(open_problem(f).definition)]
+    assert every == expected and len(every) > 24
+    assert "l1/swiglu_qwen3_32b" in every and "l1/rmsnorm_llama3_1_8b" in every
+    assert script.default_problems(3) == every[:3]
+
+
 def test_a_forge_search_cut_by_the_deadline_goes_on_in_the_next_call(tmp_path, monkeypatch):
     """A search gets the call's time left less the margins; the deadline cutting it is noted,
     not recorded as done, and the next call goes on with the rest of its budget and reports
