@@ -23,8 +23,8 @@ profiled (an NVTX range around it stays, as a label). Neither this nor the NVTX 
 used before profiled any kernel in the GPU test (H200 2026-12-02, H100 2026-12-06) while the
 tests' TRITON_INTERPRET=1 reached the child: its Triton kernels ran on the host. The child no
 longer gets it. These metrics are feedback, never fitness: the harness's timing alone decides
-the archive. Without `ncu` on PATH, or on a
-machine without a GPU, there are none, and the prompt says nothing about them.
+the archive. Without `ncu` on PATH, or on a machine without a GPU, there are none, and the
+prompt says nothing about them.
 
     python -m solforge.forge.ncu REQUEST.json     (the child; REQUEST names the solution, the
                                                    problem folder and the workload)
