@@ -38,7 +38,7 @@ from solforge.harness.oracle import ReferenceOracle, same_bits, tensor_bytes
 from solforge.harness.pool import WorkerPool, shared_pool
 from solforge.harness.protocol import WorkerConfig
 from solforge.harness.startup import waited_steps
-from solforge.harness.supervisor import worker_env
+from solforge.harness.supervisor import retain_bytes, worker_env
 from solforge.harness.worker import Worker
 from solforge.measure import timing as timing_module
 from solforge.measure.timing import (
@@ -510,6 +510,44 @@ def test_the_oracle_keeps_the_latest_references_that_fit_its_budget(tmp_path, mo
     assert oracle.expected(workload, 6) is first[-1]  # the latest, not computed again
     again = oracle.expected(workload, 1)  # dropped: computed again, the same values
     assert all(map(same_bits, again, first[0]))
+
+
+@pytest.mark.parametrize(("budget_outputs", "held"),
+                         [(100, [0, 1, 2, 3, 3, 3]), (2.5, [0, 1, 2, 2]), (0.5, [0, 0, 0])])
+def test_the_oracle_makes_room_before_a_reference_runs(tmp_path, monkeypatch, budget_outputs,
+                                                       held):
+    """While a reference runs, the driver keeps no more than its budget and three others: the
+    latest is dropped before, not after, when it does not fit (an 8 GiB log-softmax reference
+    kept while the next one ran left that one too little of an 80 GB GPU)."""
+    from solforge.harness import oracle as oracle_module
+
+    problem = _custom_problem(tmp_path, SEEDED)
+    workload = problem.workloads[0]
+    oracle = ReferenceOracle(problem, torch.device("cpu"))
+    size = tensor_bytes(oracle.expected(workload, 0))
+    oracle._expected.clear()
+    monkeypatch.setattr(oracle_module, "_KEPT_BYTES", int(budget_outputs * size))
+    run = oracle._run_reference
+    seen: list[int] = []
+
+    def counted(*args):
+        seen.append(sum(map(tensor_bytes, oracle._expected.values())) // size)
+        return run(*args)
+
+    monkeypatch.setattr(oracle, "_run_reference", counted)
+    for seed in range(len(held)):
+        oracle.expected(workload, seed)
+    assert seen == held
+
+
+@pytest.mark.parametrize(("free_gib", "kept_gib"), [(78, 8), (139, 8), (40, 5)])
+def test_a_worker_keeps_at_most_an_eighth_of_the_free_memory_in_timed_inputs(
+        monkeypatch, free_gib, kept_gib):
+    """Up to 8 GiB: with 16, an 80 GB H100's worker kept four 4 GiB inputs of a log-softmax
+    and the driver's reference beside it ran out of memory."""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free_gib << 30, 80 << 30))
+    assert retain_bytes(torch.device("cuda", 0)) == kept_gib << 30
+    assert retain_bytes(torch.device("cpu")) == 512 << 20
 
 
 def test_same_bits_tells_nan_payloads_signed_zeros_and_dtypes_apart():

@@ -103,15 +103,23 @@ class ReferenceOracle:
         inputs = self._inputs.pop(key, None)
         if inputs is None:
             inputs = list(make_inputs(self.problem, workload, self.device, seed).values())
+        self._keep_within(_KEPT_REFERENCES - 1, _KEPT_BYTES)  # room made before, not after
         values = self._run_reference(workload, inputs)
         del inputs
         return_spare_memory(self.device)
         self._expected[key] = values
-        while len(self._expected) > 1 and (
-                len(self._expected) > _KEPT_REFERENCES
-                or sum(map(tensor_bytes, self._expected.values())) > _KEPT_BYTES):
-            self._expected.popitem(last=False)
+        self._keep_within(_KEPT_REFERENCES, _KEPT_BYTES, latest=1)
         return values
+
+    def _keep_within(self, count: int, nbytes: int, latest: int = 0) -> None:
+        """Drop the oldest references until at most `count` are kept in at most `nbytes`,
+        the `latest` newest always kept. Called before a reference runs too: on an 80 GB H100
+        a log-softmax's 8 GiB reference, kept while the next one ran, left that one (an 8 GiB
+        float32 copy of its inputs, then its 8 GiB output) 7 GiB free beside the worker."""
+        while len(self._expected) > latest and (
+                len(self._expected) > count
+                or sum(map(tensor_bytes, self._expected.values())) > nbytes):
+            self._expected.popitem(last=False)
 
     def _run_reference(self, workload: Workload, inputs: list[Any]) -> list[Any]:
         try:

@@ -184,7 +184,7 @@ class Supervisor:
             destination_passing_style=candidate and solution.destination_passing_style,
             preload=preload, timing_method=self.timing_method, warmup=plan.warmup,
             iterations=plan.iterations, min_iterations=plan.min_iterations, flush_bytes=None,
-            retain_bytes=_retain_bytes(self.device))
+            retain_bytes=retain_bytes(self.device))
 
     def _env(self) -> dict[str, str]:
         return worker_env(self.device.type)
@@ -299,12 +299,16 @@ def _finish_all(pending: list[Workload], results: dict[str, WorkloadResult], sta
     pending.clear()
 
 
-def _retain_bytes(device: torch.device) -> int:
-    """Memory for per-call inputs and frozen outputs: a quarter of what is free, up to 16 GiB."""
+def retain_bytes(device: torch.device) -> int:
+    """Memory a worker may keep the latest timed calls' inputs in (the last two always, so
+    their addresses change from call to call): an eighth of what is free, up to 8 GiB. With 16
+    GiB, a log-softmax whose inputs are 4 GiB a call had its worker keep four of them on an
+    80 GB H100 while the driver computed a compared call's reference, which ran out of memory
+    (the worker held 38.6 GiB, 7.1 GiB were free)."""
     if device.type != "cuda":
         return 512 << 20
     free, _ = torch.cuda.mem_get_info(device)
-    return min(16 << 30, free // 4)
+    return min(8 << 30, free // 8)
 
 
 def ahead_phase(kernels: Path | None) -> str:
