@@ -77,7 +77,8 @@
 #                        LIBRARIES_AGAIN="TEXT ..." judges again the recorded problems whose
 #                        address contains a TEXT; a problem still running after
 #                        LIBRARY_LIMIT_S seconds, default 300, is stopped and recorded as
-#                        failed)
+#                        failed; LIBRARY_PROBLEMS="ADDRESS ..." judges those alone, in that
+#                        order)
 #           flashinfer   FlashInfer for the libraries stage: unpacks FI_CARRY/flashinfer-site.tar.xz
 #                        (FI_CARRY default .fi, made beforehand by benchmarks/carry_flashinfer.sh
 #                        and carried) into FI_SITE (default /tmp/fi_site), installs the modules
@@ -421,7 +422,7 @@ stage_libraries() {
     # shellcheck disable=SC2086
     "$python" benchmarks/library_baselines_gpu.py -o "$out/library-baselines.json" \
         --deadline-s "$deadline" --problem-limit-s "${LIBRARY_LIMIT_S:-300}" "${built[@]}" \
-        ${LIBRARIES_AGAIN:+--again $LIBRARIES_AGAIN} 2>&1 \
+        ${LIBRARIES_AGAIN:+--again $LIBRARIES_AGAIN} ${LIBRARY_PROBLEMS:-} 2>&1 \
         | tee -a "$out/libraries.log"
     export_baselines
 }

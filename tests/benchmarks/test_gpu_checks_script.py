@@ -34,6 +34,17 @@ def _stage(tmp_path: Path, stage: str, **env: str) -> tuple[str, object, list[st
     return path, json.loads(content), calls.read_text().splitlines()
 
 
+def test_the_libraries_stage_judges_the_problems_it_is_given_in_their_order(tmp_path):
+    """LIBRARY_PROBLEMS: the problems left on a GPU, first, without the suite's order ahead."""
+    *_, calls = _stage(tmp_path, "libraries", LIBRARY_PROBLEMS="fib/b l1/a")
+    (judged,) = [c for c in calls if "library_baselines_gpu.py" in c]
+    assert judged.endswith(" fib/b l1/a")
+    (tmp_path / "all").mkdir()
+    *_, calls = _stage(tmp_path / "all", "libraries")
+    (judged,) = [c for c in calls if "library_baselines_gpu.py" in c]
+    assert "fib/" not in judged and "l1/" not in judged  # every problem, the script's default
+
+
 def _calls(tmp_path: Path, out: Path, stage: str, **env: str) -> list[str]:
     """Run one stage into `out` with a stand-in interpreter that only records its command
     lines (appended over runs), and return them all."""
@@ -115,10 +126,11 @@ def test_the_sharing_stage_searches_at_each_share_then_checks_the_times_agree(
     for n, line in zip(names, searches):
         assert f"--name {tag}-share{n} " in line and "--before 0 --suite-sample 0" in line
         imported = "".join(lines[:lines.index(line)])
-        if tag == "h200":  # the committed baselines, so the search starts warm
-            assert f"--cache-dir {out}/sharing/{tag}-share{n}-throughput-state/cache" in imported
-        else:  # no H100 baselines are committed, and the H200's are not this GPU's
-            assert "baselines import" not in imported
+        # this GPU's committed baselines (never another's), so the search starts warm
+        assert (f"baselines import benchmarks/results/{tag}-baselines.json --cache-dir "
+                f"{out}/sharing/{tag}-share{n}-throughput-state/cache") in imported
+        if tag == "h100":
+            assert "h200-" not in imported
     assert "sharing_fidelity.py" in lines[-1] and "--per-gpu 3" in lines[-1]
     assert f"--name {tag} " in lines[-1]
 
@@ -166,7 +178,7 @@ def test_the_h200s_stages_skip_another_gpu_unless_told(tmp_path, any_gpu):
 
 def test_on_another_gpu_a_suite_without_its_launch_floor_and_hgemm_stay_skipped(tmp_path):
     """ANY_GPU=1 does not run a suite against the H200's launch floor, nor tune into the
-    H200's HGEMM table; libraries go on from the H100's own record (none yet)."""
+    H200's HGEMM table; libraries go on from the H100's own record."""
     env = {**_on_an_h100(tmp_path), "ANY_GPU": "1"}
     out = tmp_path / "out"
     done = subprocess.run(["bash", str(SCRIPT), str(out), "suite", "hgemm", "libraries"],
@@ -177,7 +189,10 @@ def test_on_another_gpu_a_suite_without_its_launch_floor_and_hgemm_stay_skipped(
     assert "hgemm: skipped on this h100" in done.stdout
     assert "suite_gpu.py" not in lines and "hgemm_gpu.py" not in lines
     assert "library_baselines_gpu.py" in lines and "h200-" not in lines
-    assert not (out / "library-baselines.json").exists()  # nothing of the H200's seeded
+    seeded = json.loads((out / "library-baselines.json").read_text())
+    assert seeded == json.loads((REPO / "benchmarks/results/h100-library-baselines.json")
+                                .read_text())
+    assert seeded["machine"]["gpu"].startswith("NVIDIA H100")  # nothing of the H200's seeded
 
 
 def _flashinfer_stage(tmp_path: Path, stage: str, site: Path, *more: str,
