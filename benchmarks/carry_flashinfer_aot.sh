@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make .fi/flashinfer-aot.tar.xz: the FlashInfer modules the library baselines load on the H200,
+# Make .fi/flashinfer-aot.tar.xz: the FlashInfer modules the library baselines load on the GPU,
 # compiled on this machine for sm_90a (nvcc needs no GPU), for the flashinfer stage of
 # run_gpu_checks.sh to install ahead of time instead of building them there (about 5 minutes):
 #
@@ -7,11 +7,12 @@
 #
 # It installs FlashInfer for this machine's Python (its import needs torch: the dev environment's
 # CPU build does), makes a CUDA_HOME of links that adds cuRAND's headers where the toolkit here
-# lacks them (the sampling module includes them), and a link stub for libcuda where there is no
-# driver (the modules are linked with -lcuda; the driver resolves it on the H200), then runs
-# benchmarks/flashinfer_aot.py, which also opens each module in TVM-FFI here. 8 minutes on 2
-# cores, 3 MB (2026-12-05). The libraries call then carries `.fi` alone: with the working tree,
-# about 51 MB of the 64 MiB.
+# lacks them (the sampling module includes them) and cuBLASLt's (RMSNorm's), and a link stub for
+# libcuda where there is no driver (the modules are linked with -lcuda; the driver resolves it on
+# the GPU), then runs
+# benchmarks/flashinfer_aot.py, which also opens each module in TVM-FFI here. Five modules in
+# 9 minutes on 2 cores, 3.3 MB (2026-12-06). The libraries call then carries `.fi` alone: with
+# the working tree, about 54 MB of the 64 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=${1:-.fi}
@@ -31,6 +32,16 @@ if [ ! -f "$cuda/include/curand.h" ]; then
     "$python" -m pip download --quiet --no-deps -d "$work/curand" nvidia-curand
     (cd "$work/curand" && "$python" -m zipfile -e nvidia_curand-*.whl .)
     ln -s "$work"/curand/nvidia/cu*/include/curand*.h "$work/cuda/include/"
+fi
+if [ ! -f "$cuda/include/cublasLt.h" ]; then  # RMSNorm's module includes it (its types alone)
+    "$python" -m pip download --quiet --no-deps -d "$work/cublas" nvidia-cublas
+    "$python" - "$work/cublas" <<'EOF'
+import pathlib, sys, zipfile
+folder = pathlib.Path(sys.argv[1])
+with zipfile.ZipFile(next(folder.glob("nvidia_cublas-*.whl"))) as wheel:
+    wheel.extractall(folder, [name for name in wheel.namelist() if "/include/" in name])
+EOF
+    ln -s "$work"/cublas/nvidia/cu*/include/*.h "$work/cuda/include/"
 fi
 if ! ls "$cuda"/lib64/libcuda.so "$cuda"/lib64/stubs/libcuda.so >/dev/null 2>&1 \
         && ! ldconfig -p | grep -q 'libcuda\.so '; then

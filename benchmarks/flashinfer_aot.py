@@ -3,19 +3,20 @@
 On a fresh H200 machine, FlashInfer builds four modules before its first library baseline runs:
 RoPE, sampling, and two batch-prefill modules (FA2 for the paged decodes, FA3 for the ragged
 prefills). They took 62, 127, 30 and 100 s there on 2026-12-05 (flashinfer-setup.json in
-benchmarks/results/h200-2026-12-05/), about 5 of a session's 30 device-minutes. Compiling for
+benchmarks/results/h200-2026-12-05/), about 5 of a session's 30 device-minutes; a fresh H100
+then built RMSNorm's (`norm`) in 40 s (h100-2026-12-06/s15-flashinfer-setup.json). Compiling for
 sm_90a needs nvcc, not a GPU. So this script builds the same modules on the CPU machine, named
 as FlashInfer names them, and packs them for FlashInfer's ahead-of-time folder
 (`flashinfer/data/aot/<module>/<module>.so`), which run_gpu_checks.sh's flashinfer stage fills
 from the carry. A module that does not load there is built by FlashInfer as before (it warns and
 falls back to its JIT), so a bad archive costs nothing but the carry.
 
-    python benchmarks/flashinfer_aot.py [--record SETUP.json] [-o ARCHIVE]
+    python benchmarks/flashinfer_aot.py [--record SETUP.json ...] [-o ARCHIVE]
 
-The modules are the ones a flashinfer-setup record lists as installed ahead of time on the H200
-(default: the committed record). benchmarks/carry_flashinfer_aot.sh sets up what this needs
-(FlashInfer for this Python, FLASHINFER_CUDA_ARCH_LIST=9.0a, CUDA headers cuRAND included, a
-link stub for libcuda) and runs it.
+The modules are the ones flashinfer-setup records list as installed ahead of time on a GPU
+(default: the two committed records above). benchmarks/carry_flashinfer_aot.sh sets up what
+this needs (FlashInfer for this Python, FLASHINFER_CUDA_ARCH_LIST=9.0a, CUDA headers cuRAND
+included, a link stub for libcuda) and runs it.
 """
 
 from __future__ import annotations
@@ -28,28 +29,33 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-RECORD = REPO / "benchmarks/results/h200-2026-12-05/flashinfer-setup.json"
+RECORDS = (REPO / "benchmarks/results/h200-2026-12-05/flashinfer-setup.json",
+           REPO / "benchmarks/results/h100-2026-12-06/s15-flashinfer-setup.json")
 MANIFEST = "flashinfer-aot.json"  # at the archive's top; the stage checks its version
 
 
-def wanted_modules(record: Path) -> list[str]:
-    """The modules an H200 flashinfer-setup record installed ahead of time."""
-    return list(json.loads(record.read_text())["installed_ahead_of_time"])
+def wanted_modules(records: Sequence[Path]) -> list[str]:
+    """The modules flashinfer-setup records installed ahead of time, each once, in order."""
+    names = (name for record in records
+             for name in json.loads(record.read_text())["installed_ahead_of_time"])
+    return list(dict.fromkeys(names))
 
 
 def candidate_specs() -> Iterator:
-    """FlashInfer JIT specs that the library baselines may need: RoPE, sampling, and the
-    batch-prefill modules (FA2 with equal paged strides, which the paged decode plans with
+    """FlashInfer JIT specs that the library baselines may need: RMSNorm, RoPE, sampling, and
+    the batch-prefill modules (FA2 with equal paged strides, which the paged decode plans with
     tensor cores; FA3 for sm_90, which the ragged prefill takes) for half-precision heads."""
     import torch
     from flashinfer.jit.attention import modules
+    from flashinfer.jit.norm import gen_norm_module
     from flashinfer.jit.rope import gen_rope_module
     from flashinfer.jit.sampling import gen_sampling_module
 
+    yield gen_norm_module()
     yield gen_rope_module()
     yield gen_sampling_module()
     for dtype in (torch.bfloat16, torch.float16):
@@ -114,7 +120,7 @@ def nvcc_version() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--record", type=Path, default=RECORD)
+    parser.add_argument("--record", type=Path, nargs="+", default=list(RECORDS))
     parser.add_argument("-o", "--out", type=Path, default=REPO / ".fi/flashinfer-aot.tar.xz")
     args = parser.parse_args()
     import flashinfer
@@ -125,7 +131,8 @@ def main() -> int:
                 "cuda_arch_list": os.environ.get("FLASHINFER_CUDA_ARCH_LIST"),
                 "modules": sorted(libraries), "build_seconds": seconds,
                 "loads_here": {name: loads(path) for name, path in sorted(libraries.items())},
-                "not_built": unknown, "from_record": args.record.name}
+                "not_built": unknown,
+                "from_records": [record.name for record in args.record]}
     pack(args.out, libraries, manifest)
     print(f"{args.out}: {args.out.stat().st_size / 1e6:.1f} MB, {len(libraries)} modules"
           + (f"; no spec here for {unknown} (the H200 builds them)" if unknown else ""))
