@@ -516,9 +516,9 @@ def test_the_oracle_keeps_the_latest_references_that_fit_its_budget(tmp_path, mo
                          [(100, [0, 1, 2, 3, 3, 3]), (2.5, [0, 1, 2, 2]), (0.5, [0, 0, 0])])
 def test_the_oracle_makes_room_before_a_reference_runs(tmp_path, monkeypatch, budget_outputs,
                                                        held):
-    """While a reference runs, the driver keeps no more than its budget and three others: the
-    latest is dropped before, not after, when it does not fit (an 8 GiB log-softmax reference
-    kept while the next one ran left that one too little of an 80 GB GPU)."""
+    """While a reference runs, the driver holds at most three older ones, within its byte
+    budget: one that does not fit is dropped before the next reference runs, not after it (on
+    an 80 GB H100 a log-softmax's reference ran out of memory beside its 8 GiB predecessor)."""
     from solforge.harness import oracle as oracle_module
 
     problem = _custom_problem(tmp_path, SEEDED)
@@ -543,8 +543,8 @@ def test_the_oracle_makes_room_before_a_reference_runs(tmp_path, monkeypatch, bu
 @pytest.mark.parametrize(("free_gib", "kept_gib"), [(78, 8), (139, 8), (40, 5)])
 def test_a_worker_keeps_at_most_an_eighth_of_the_free_memory_in_timed_inputs(
         monkeypatch, free_gib, kept_gib):
-    """Up to 8 GiB: with 16, an 80 GB H100's worker kept four 4 GiB inputs of a log-softmax
-    and the driver's reference beside it ran out of memory."""
+    """Up to 8 GiB: with 16, a log-softmax's worker could keep four of its 4 GiB inputs on an
+    80 GB H100, where the driver's reference beside it ran out of memory."""
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free_gib << 30, 80 << 30))
     assert retain_bytes(torch.device("cuda", 0)) == kept_gib << 30
     assert retain_bytes(torch.device("cpu")) == 512 << 20

@@ -114,8 +114,8 @@ class ReferenceOracle:
     def _keep_within(self, count: int, nbytes: int, latest: int = 0) -> None:
         """Drop the oldest references until at most `count` are kept in at most `nbytes`,
         the `latest` newest always kept. Called before a reference runs too: on an 80 GB H100
-        a log-softmax's 8 GiB reference, kept while the next one ran, left that one (an 8 GiB
-        float32 copy of its inputs, then its 8 GiB output) 7 GiB free beside the worker."""
+        a log-softmax's reference (an 8 GiB float32 copy of its inputs, then its 8 GiB output)
+        found 7 GiB free, its 8 GiB predecessor still held beside it."""
         while len(self._expected) > latest and (
                 len(self._expected) > count
                 or sum(map(tensor_bytes, self._expected.values())) > nbytes):

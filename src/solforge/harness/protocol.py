@@ -96,7 +96,7 @@ class WorkerConfig:
     warmup: int
     iterations: int
     flush_bytes: int | None
-    retain_bytes: int  # memory for per-iteration inputs and frozen outputs on the device
+    retain_bytes: int  # memory for the latest timed calls' inputs, kept alive on the device
     min_iterations: int = 0  # > 0: time adaptively, this many at least, `iterations` at most
 
     def to_dict(self) -> dict:

@@ -301,10 +301,10 @@ def _finish_all(pending: list[Workload], results: dict[str, WorkloadResult], sta
 
 def retain_bytes(device: torch.device) -> int:
     """Memory a worker may keep the latest timed calls' inputs in (the last two always, so
-    their addresses change from call to call): an eighth of what is free, up to 8 GiB. With 16
-    GiB, a log-softmax whose inputs are 4 GiB a call had its worker keep four of them on an
-    80 GB H100 while the driver computed a compared call's reference, which ran out of memory
-    (the worker held 38.6 GiB, 7.1 GiB were free)."""
+    their addresses change from call to call): an eighth of what is free, up to 8 GiB. With a
+    quarter up to 16 GiB, a worker could keep four 4 GiB inputs of a log-softmax on an 80 GB
+    H100; there the driver's reference beside it ran out of memory (the worker held 38.6 GiB,
+    7.1 GiB were free)."""
     if device.type != "cuda":
         return 512 << 20
     free, _ = torch.cuda.mem_get_info(device)
