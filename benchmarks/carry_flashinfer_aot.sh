@@ -9,10 +9,9 @@
 # CPU build does), makes a CUDA_HOME of links that adds cuRAND's headers where the toolkit here
 # lacks them (the sampling module includes them) and cuBLASLt's (RMSNorm's), and a link stub for
 # libcuda where there is no driver (the modules are linked with -lcuda; the driver resolves it on
-# the GPU), then runs
-# benchmarks/flashinfer_aot.py, which also opens each module in TVM-FFI here. Five modules in
-# 9 minutes on 2 cores, 3.3 MB (2026-12-06). The libraries call then carries `.fi` alone: with
-# the working tree, about 54 MB of the 64 MiB.
+# the GPU), then runs benchmarks/flashinfer_aot.py, which also opens each module in TVM-FFI here.
+# Five modules in 9 minutes on 2 cores, 3.3 MB (2026-12-06). The libraries call then carries
+# `.fi` alone: with the working tree, about 54 MB of the 64 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=${1:-.fi}

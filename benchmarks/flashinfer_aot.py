@@ -15,8 +15,8 @@ falls back to its JIT), so a bad archive costs nothing but the carry.
 
 The modules are the ones flashinfer-setup records list as installed ahead of time on a GPU
 (default: the two committed records above). benchmarks/carry_flashinfer_aot.sh sets up what
-this needs (FlashInfer for this Python, FLASHINFER_CUDA_ARCH_LIST=9.0a, CUDA headers cuRAND
-included, a link stub for libcuda) and runs it.
+this needs (FlashInfer for this Python, FLASHINFER_CUDA_ARCH_LIST=9.0a, CUDA headers with
+cuRAND's and cuBLASLt's, a link stub for libcuda) and runs it.
 """
 
 from __future__ import annotations
