@@ -31,9 +31,10 @@ class ReferenceFailure(Exception):
 
 
 _KEPT_REFERENCES = 4
-# Bytes of reference outputs kept beyond the latest: four 5 GB log-softmaxes of a 151,936-word
-# vocabulary (8,192 tokens, float32) would hold 20 GB of an 80 GB GPU in the driver, beside
-# the workers' copies; recomputing one costs the reference's milliseconds.
+# Bytes of reference outputs kept, the latest counted (and kept however large): four 5 GB
+# log-softmaxes of a 151,936-word vocabulary (8,192 tokens, float32) would hold 20 GB of an
+# 80 GB GPU in the driver, beside the workers' copies; recomputing one costs the reference's
+# milliseconds.
 _KEPT_BYTES = 2 << 30
 
 
