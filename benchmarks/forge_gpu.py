@@ -11,7 +11,9 @@ suite order (--count N: the first N). Until 2026-12-06 the default was the first
 order that took 9 of the 12 GEMMs among its first 20, where cuBLAS is the baseline to beat,
 against a quarter of the whole set. Each is searched with up to --budget candidates into
 OUTDIR/forge.db (the archive; a rerun reuses every candidate already judged), judged through the
-local runner as `solforge optimize` judges them (one slot, spare processes started ahead); a
+local runner as `solforge optimize` judges them (one slot, spare processes started ahead, and
+racing since 2026-12-06: timed briefly, in full only near the best; `timed_again_in_full` and
+`kept_brief` count them); a
 template's search ends once --patience candidates in a row have not raised the best fitness by
 more than 1% (the problem has converged when every template's search ended so, or ran out of
 settings, before the budget did: its record's `converged`). Once its search is done, its best
@@ -212,6 +214,7 @@ def search_problem(call: Call, store: Any, address: str, runner: TaskRunner,
     elites = archive.elites(store, problem.name)
     record = {"problem": address, "judged": judged_before + outcome.judged,
               "reused": outcome.reused, "converged": outcome.converged,
+              "timed_again_in_full": outcome.confirmed, "kept_brief": outcome.screened,
               "statuses": dict(statuses), "calls": len(earlier) + 1,
               "search_seconds": round(seconds + sum(c["search_seconds"] for c in earlier), 1),
               "cells": [elite.cell for elite in elites], "best": None}

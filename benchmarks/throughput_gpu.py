@@ -2,7 +2,7 @@
 
     python benchmarks/throughput_gpu.py OUTDIR [--state DIR] [--deadline-s 540]
         [--candidates 72] [--problems P ...] [--before 3] [--suite-sample 4]
-        [--device cuda|cpu] [--name h200] [--per-gpu 1]
+        [--device cuda|cpu] [--name h200] [--per-gpu 1] [--no-race]
 
 Stages; each one's result is kept in the state folder (default OUTDIR/NAME-throughput-state)
 and a later call skips the stages already there:
@@ -16,7 +16,11 @@ and a later call skips the stages already there:
    candidate costs in a queue that keeps the GPU busy): their median with one unit per GPU,
    their mean with several (units side by side end in bursts, and the median gap of a burst
    says nothing of the rate); the first result of each problem also times its baselines and
-   is reported apart. The phases of every unit are summed into the table; with units
+   is reported apart. With racing (the optimizer's default; `--no-race` turns it off) a
+   candidate may take two units, its brief timing and its full one, so the rate is the span
+   from the first result to the last over the candidates judged after the first (with one
+   unit a candidate, the gaps' mean), whatever the units per GPU. The phases of every unit are
+   summed into the table; with units
    sharing a GPU, `device_held_per_candidate` is how long each candidate's unit held its lock
    in each mode (the exclusive seconds bound the rate: the timed calls run one at a time). Each
    problem's search is kept in the state folder the moment it ends (a call cut short loses
@@ -83,7 +87,8 @@ MARGIN_S = 20.0
 # leaves a margin. A suite sample cut by the call's limit records nothing, so it starts only
 # with this much time per problem left.
 SUITE_SECONDS_PER_PROBLEM = {"cuda": 75.0, "cpu": 20.0}
-# gpu_seconds_per_candidate: the median gap with one unit per GPU, the mean with several
+# gpu_seconds_per_candidate: the median gap with one unit per GPU and no racing, else the
+# mean (units side by side end in bursts; racing times some candidates twice)
 _STATISTIC = {False: "seconds_per_candidate_median", True: "seconds_per_candidate_gaps_mean"}
 GOAL = {"gpu_seconds_per_candidate": 0.5, "suite_cold_minutes": 30.0, "suite_warm_minutes": 10.0}
 
@@ -100,6 +105,11 @@ class Call:
     suite_sample: int
     deadline: float  # time.monotonic() at which the call must have written its result
     per_gpu: int = 1  # units sharing the GPU in the optimizer stage
+    race: bool = True  # the optimizer's racing (forge/loop.py): brief timing, full near the best
+
+    @property
+    def statistic(self) -> str:
+        return _STATISTIC[self.per_gpu > 1 or self.race]
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -130,7 +140,7 @@ class Recording:
 
 
 def search(call: Call, problems: list[str], total: int, store_name: str,
-           on_problem=lambda: None) -> dict[str, Any]:
+           on_problem=lambda: None, race: bool | None = None) -> dict[str, Any]:
     """Template searches of `total` candidates over `problems`; what each one cost. A problem
     searched in an earlier call is read from the state folder; `on_problem` runs after each."""
     store = open_store(f"sqlite:///{call.state / store_name}")
@@ -146,7 +156,8 @@ def search(call: Call, problems: list[str], total: int, store_name: str,
                 break
             todo = sum(not f.is_file() for f in done[number:])
             share = (call.left() - MARGIN_S) / todo  # a fair share of what is left
-            result = _search_one(call, runner, store, address, per_problem, share)
+            result = _search_one(call, runner, store, address, per_problem, share,
+                                 call.race if race is None else race)
             done[number].write_text(json.dumps(result, indent=1) + "\n")
             on_problem()
     found = [json.loads(f.read_text()) for f in done if f.is_file()]
@@ -154,15 +165,15 @@ def search(call: Call, problems: list[str], total: int, store_name: str,
 
 
 def _search_one(call: Call, runner, store, address: str, budget: int,
-                share_s: float) -> dict[str, Any]:
+                share_s: float, race: bool) -> dict[str, Any]:
     """One problem's search: its gaps between results, its units' phases and statuses."""
     recording = Recording(runner)
     config = OptimizeConfig(budget=budget, minutes=max(share_s, 5.0) / 60, device=call.device,
                             baseline=DEFAULT_BASELINE[call.device], cache_dir=call.cache,
-                            ncu=False)
+                            ncu=False, race=race)
     begun = time.monotonic()
-    Optimizer(open_problem(address), store, config, lambda text: None, recording,
-              address).run()
+    outcome = Optimizer(open_problem(address), store, config, lambda text: None, recording,
+                        address).run()
     times = [begun] + [at for at, _ in recording.results]
     gaps = [b - a for a, b in itertools.pairwise(times)]
     statuses: dict[str, int] = {}
@@ -171,8 +182,12 @@ def _search_one(call: Call, runner, store, address: str, budget: int,
             name = trace.evaluation.status.value
             statuses[name] = statuses.get(name, 0) + 1
     wall = time.monotonic() - begun
-    log(f"{address}: {len(recording.results)} candidates in {wall:.1f} s")
-    return {"problem": address, "candidates": len(recording.results),
+    log(f"{address}: {outcome.judged} candidates ({outcome.confirmed} timed again in full, "
+        f"{outcome.screened} kept brief) in {len(recording.results)} units, {wall:.1f} s")
+    return {"problem": address, "candidates": outcome.judged, "units": len(recording.results),
+            "race": race, "confirmed": outcome.confirmed, "screened": outcome.screened,
+            "brief_and_full_fitness": [list(pair) for pair in outcome.confirmations],
+            "span_seconds": sum(gaps[1:]),
             "wall_seconds": round(wall, 2), "first_seconds": gaps[0] if gaps else None,
             "gaps": gaps[1:], "unit_seconds": [r.seconds for _, r in recording.results],
             "statuses": statuses, "phases": merge([r.phases for _, r in recording.results])}
@@ -182,6 +197,10 @@ def _summed(found: list[dict[str, Any]], problems: list[str]) -> dict[str, Any]:
     """The optimizer stage's record from the problems searched so far."""
     judged = sum(f["candidates"] for f in found)
     gaps = [g for f in found for g in f["gaps"]]
+    # From each problem's first result to its last, over the candidates judged after the
+    # first (problems searched before racing have no span: their gaps, one unit a candidate)
+    span = sum(f.get("span_seconds", sum(f["gaps"])) for f in found)
+    after_first = sum(max(f["candidates"] - 1, 0) for f in found)
     units = [u for f in found for u in f["unit_seconds"]]
     wall = sum(f["wall_seconds"] for f in found)
     statuses: dict[str, int] = {}
@@ -191,10 +210,14 @@ def _summed(found: list[dict[str, Any]], problems: list[str]) -> dict[str, Any]:
     table = merge([f["phases"] for f in found])
     return {
         "candidates": judged, "problems": [f["problem"] for f in found],
+        "units": sum(f.get("units", f["candidates"]) for f in found),
+        "timed_again_in_full": sum(f.get("confirmed", 0) for f in found),
+        "kept_brief": sum(f.get("screened", 0) for f in found),
+        "brief_vs_full_fitness": _brief_vs_full(found),
         "problems_left": [p for p in problems if p not in {f["problem"] for f in found}],
         "wall_seconds": round(wall, 2),
         "seconds_per_candidate_median": _round(statistics.median(gaps) if gaps else None),
-        "seconds_per_candidate_gaps_mean": _round(statistics.mean(gaps) if gaps else None),
+        "seconds_per_candidate_gaps_mean": _round(span / after_first if after_first else None),
         "seconds_per_candidate_mean": _round(wall / judged if judged else None),
         "first_candidate_seconds": [_round(f["first_seconds"]) for f in found],
         "unit_seconds_median": _round(statistics.median(units) if units else None),
@@ -203,6 +226,18 @@ def _summed(found: list[dict[str, Any]], problems: list[str]) -> dict[str, Any]:
         "phases_table": format_table(table, judged),
         "device_held_per_candidate": _held_per_candidate(table, judged),
     }
+
+
+def _brief_vs_full(found: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """How far the brief fitness of the candidates timed twice was from their full one
+    (relative), the evidence for the racing margin (forge/loop.py CONFIRM_MARGIN)."""
+    pairs = [(brief, full) for f in found for brief, full in f.get("brief_and_full_fitness", [])
+             if full]
+    if not pairs:
+        return None
+    gaps = sorted(abs(brief - full) / abs(full) for brief, full in pairs)
+    return {"candidates": len(gaps), "median": _round(statistics.median(gaps)),
+            "max": _round(gaps[-1])}
 
 
 def _problem_file(call: Call, store_name: str, address: str) -> Path:
@@ -279,7 +314,7 @@ def before(call: Call) -> dict[str, Any]:
     """The first problem's search with pre-spawning off: the harness as it was."""
     os.environ["SOLFORGE_WORKER_POOL"] = "0"
     try:
-        return search(call, [call.problems[0]], call.before, "before.db")
+        return search(call, [call.problems[0]], call.before, "before.db", race=False)
     finally:
         del os.environ["SOLFORGE_WORKER_POOL"]
 
@@ -326,8 +361,9 @@ def write_record(call: Call, old: dict[str, Any] | None, now: dict[str, Any] | N
         "date": datetime.date.today().isoformat(),
         "device": call.device,
         "environment": recorded_environment(call.device),
-        "gpu_seconds_per_candidate": now and now[_STATISTIC[call.per_gpu > 1]],
-        "per_candidate_statistic": _STATISTIC[call.per_gpu > 1],
+        "gpu_seconds_per_candidate": now and now[call.statistic],
+        "per_candidate_statistic": call.statistic,
+        "race": call.race,
         "per_gpu": call.per_gpu,
         "spares_per_slot": spares_per_slot(call.device, call.per_gpu),
         "candidates": now and now["candidates"],
@@ -381,6 +417,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--name", default="h200")
     parser.add_argument("--per-gpu", type=int, default=1)
+    parser.add_argument("--no-race", dest="race", action="store_false",
+                        help="time every candidate in full (the optimizer without racing)")
     args = parser.parse_args(argv)
     if args.candidates < 1 or args.before < 0 or args.suite_sample < 0 or args.per_gpu < 1:
         raise SystemExit("--candidates and --per-gpu must be >= 1, --before and --suite-sample "
@@ -395,7 +433,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     call = Call(args.out, args.state or args.out / f"{args.name}-throughput-state",
                 args.device, args.name, args.candidates, tuple(args.problems), args.before,
-                args.suite_sample, time.monotonic() + args.deadline_s, args.per_gpu)
+                args.suite_sample, time.monotonic() + args.deadline_s, args.per_gpu, args.race)
     run(call)
 
 

@@ -336,6 +336,12 @@ def test_throughput_script_measures_every_stage_and_resumes(tmp_path, run_here):
     exported = json.loads((tmp_path / "cpu-baselines.json").read_text())
     assert exported["baselines"] and exported["format"] == "solforge-baselines/1"
     assert record["optimizer"]["problems_left"] == []
+    # Racing (the default): the best candidate is timed again in full, one unit more, and the
+    # rate is the mean over candidates, not over units
+    optimizer = record["optimizer"]
+    assert record["race"] and record["per_candidate_statistic"].endswith("gaps_mean")
+    assert optimizer["timed_again_in_full"] >= 1
+    assert optimizer["units"] == 2 + optimizer["timed_again_in_full"]
     again = run_here(THROUGHPUT_SCRIPT, *args)  # every stage and problem is in the state folder
     assert again.stdout.count("done in an earlier call") == 2  # before, suite
     assert f"{PROBLEM}: searched in an earlier call" in again.stdout

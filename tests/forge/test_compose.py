@@ -140,10 +140,10 @@ def fake_trace(solution: dict, uuid: str, latency_ms: float) -> Trace:
     return Trace("rmsnorm_small", solution["name"], {"uuid": uuid, "axes": {}}, evaluation)
 
 
-def both_workloads(self) -> EvalConfig:
+def both_workloads(self, screen: bool = False) -> EvalConfig:
     """The optimizer's harness settings with both workloads judged (the CPU default: one)."""
     return EvalConfig(device="cpu", baseline="eager", smallest=2,
-                      cache_dir=self.config.cache_dir)
+                      cache_dir=self.config.cache_dir, screen=screen)
 
 
 def scripted(monkeypatch, latencies: list[tuple[float, float]], real_composite: bool,
@@ -171,12 +171,12 @@ def scripted(monkeypatch, latencies: list[tuple[float, float]], real_composite: 
 
 
 def optimize(tmp_path: Path, db: str = "forge.db", **changes):
-    """`optimize` on the fixture problem on the CPU (budget 2): its store, its report lines and
-    its outcome."""
+    """`optimize` on the fixture problem on the CPU (budget 2; no racing: the script gives one
+    timing a candidate): its store, its report lines and its outcome."""
     store = Store(f"sqlite:///{tmp_path / db}")
     lines: list[str] = []
     config = OptimizeConfig(**{"budget": 2, "device": "cpu", "baseline": "eager",
-                               "cache_dir": tmp_path / "cache", **changes})
+                               "cache_dir": tmp_path / "cache", "race": False, **changes})
     return store, lines, Optimizer(load_problem(PROBLEM), store, config, lines.append).run()
 
 
@@ -236,7 +236,7 @@ def test_an_old_store_opens_gets_the_table_and_recomposes(tmp_path, monkeypatch)
 
     judged = scripted(monkeypatch, [(1.0, 4.0), (2.0, 1.5), (1.0, 1.5)], real_composite=False)
     config = OptimizeConfig(budget=2, device="cpu", baseline="eager",
-                            cache_dir=tmp_path / "cache")
+                            cache_dir=tmp_path / "cache", race=False)
     lines: list[str] = []
     optimizer = Optimizer(problem, store, config, lines.append)
     found = optimizer.recompose()
@@ -273,7 +273,7 @@ def test_recompose_with_seeds_judges_the_seeds_the_store_lacks_once(tmp_path, mo
         descriptor={"evidence": []}, evidence=None, params={}))
     judged = scripted(monkeypatch, [(1.0, 4.0), (2.0, 1.5)], real_composite=False)
     config = OptimizeConfig(budget=0, device="cpu", baseline="eager",  # beyond the budget
-                            cache_dir=tmp_path / "cache")
+                            cache_dir=tmp_path / "cache", race=False)
     lines: list[str] = []
     optimizer = Optimizer(problem, store, config, lines.append)
     optimizer.recompose(seeds=True)

@@ -139,14 +139,14 @@ def test_a_search_ends_after_patience_candidates_without_a_gain(tmp_path, monkey
     given = _scripted(monkeypatch, fitnesses)
     problem = load_problem(PROBLEM)
     store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
-    outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=20, patience=3),
+    outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=20, patience=3, race=False),
                         quiet).run()
     assert given == fitnesses[:5] and outcome.judged == 5
     assert outcome.converged and outcome.best.fitness == pytest.approx(0.605)
 
     given.clear()
     store = Store(f"sqlite:///{tmp_path / 'other.db'}")
-    outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=4, patience=3),
+    outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=4, patience=3, race=False),
                         quiet).run()
     assert outcome.judged == 4 and not outcome.converged
 
@@ -161,13 +161,13 @@ def test_a_search_the_time_limit_ends_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(loop.time, "monotonic", lambda: float(next(clock)))
     problem = load_problem(PROBLEM)
     store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
-    outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=8, minutes=1.0),
+    outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=8, minutes=1.0, race=False),
                         quiet).run()
     assert outcome.out_of_time and not outcome.converged and 0 < outcome.judged < 8
 
     monkeypatch.setattr(loop.time, "monotonic", lambda: 0.0)
     store = Store(f"sqlite:///{tmp_path / 'other.db'}")
-    outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=3, minutes=1.0),
+    outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=3, minutes=1.0, race=False),
                         quiet).run()
     assert outcome.judged == 3 and not outcome.out_of_time
 
@@ -175,3 +175,60 @@ def test_a_search_the_time_limit_ends_says_so(tmp_path, monkeypatch):
 def test_patience_must_be_positive():
     with pytest.raises(OptimizeError, match="patience 0"):
         OptimizeConfig(budget=2, patience=0)
+
+
+def _raced(monkeypatch, brief: list[float], full: list[float]) -> list[tuple[int, bool]]:
+    """Judging replaced by a script: candidate k's fitness is `brief[k]` timed briefly and
+    `full[k]` in full; the calls, as (candidate, screened), in order."""
+    from solforge.forge import llm, loop
+    from solforge.forge.fitness import SOL_SCORE, Verdict
+
+    calls: list[tuple[int, bool]] = []
+    order: dict[str, int] = {}
+
+    def judged_one(problem, solution, config) -> list[tuple[int, bool]]:
+        calls.append((order.setdefault(solution.name, len(order)), config.screen))
+        return [calls[-1]]
+
+    def judged(traces):
+        number, screened = traces[0]
+        return Verdict("PASSED", (brief if screened else full)[number], SOL_SCORE, 1.0, None)
+
+    monkeypatch.setattr(loop, "evaluate", judged_one)
+    monkeypatch.setattr(loop, "verdict", judged)
+    monkeypatch.setattr(loop, "workload_results", lambda traces: [])
+    monkeypatch.setattr(llm, "attempt_from_traces", lambda solution, traces: None)
+    monkeypatch.setattr(Optimizer, "_describe",
+                        lambda self, solution: ({}, f"dram/simt/rows/{len(order)}"))
+    return calls
+
+
+def test_racing_times_in_full_only_the_candidates_near_the_best(tmp_path, monkeypatch):
+    """Each candidate is timed briefly; those within 5% of the best so far are timed again in
+    full, and their full verdict is the one stored; the others keep the brief one, marked as
+    screened in the store, and none of them is the best."""
+    from solforge.forge import archive
+
+    brief = [0.50, 0.30, 0.52, 0.50, 0.20]
+    full = [0.49, 0.99, 0.51, 0.40, 0.99]  # 0.99: never asked for (those stay brief)
+    calls = _raced(monkeypatch, brief, full)
+    problem = load_problem(PROBLEM)
+    store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
+    outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=5, compose=False),
+                        quiet).run()
+    # 0.50 (no best yet), 0.52 (above 0.49) and 0.50 (within 5% of 0.51) again in full
+    assert calls == [(0, True), (0, False), (1, True), (2, True), (2, False), (3, True),
+                     (3, False), (4, True)]
+    assert (outcome.judged, outcome.confirmed, outcome.screened) == (5, 3, 2)
+    assert outcome.confirmations == ((0.50, 0.49), (0.52, 0.51), (0.50, 0.40))
+    stored = {row.fitness: row.id for row in archive.candidates(store, problem.name)}
+    assert sorted(stored) == [0.20, 0.30, 0.40, 0.49, 0.51]
+    assert archive.screened(store, problem.name) == {stored[0.30], stored[0.20]}
+    assert outcome.best.fitness == pytest.approx(0.51)
+
+    calls = _raced(monkeypatch, brief, full)  # without racing: one full timing each
+    store = Store(f"sqlite:///{tmp_path / 'other.db'}")
+    outcome = Optimizer(problem, store, cpu_config(tmp_path, budget=3, compose=False,
+                                                   race=False), quiet).run()
+    assert [screened for _, screened in calls] == [False] * 3 and outcome.confirmed == 0
+    assert not archive.screened(store, problem.name)

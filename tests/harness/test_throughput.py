@@ -651,3 +651,28 @@ def test_adaptive_timing_on_the_gpu(method):
     if method == "kernel":
         assert timing.kernels_per_iteration == pytest.approx(1.0)
     assert timing.sm_clock_mhz is None or timing.sm_clock_mhz[0] > 0
+
+
+def test_a_screened_candidate_is_timed_briefly_and_its_baseline_in_full(tmp_path, monkeypatch):
+    """`screen` (the optimizer's racing) shortens the candidate's timed loop only, says so in
+    the trace, and keeps the baseline's plan: a full evaluation afterwards reuses the baseline
+    the screened one timed (same key), and times the candidate in full."""
+    from solforge.harness.evaluate import DEFAULTS, SCREEN
+
+    monkeypatch.setenv("SOLFORGE_BASELINE_KEY", str(tmp_path / "key"))
+    solution = load_solution(HONEST / "pytorch_rmsnorm" / "solution.py", "rmsnorm_small")
+    config = EvalConfig(device="cpu", baseline="eager", secret=5, smallest=1,
+                        limits=short_limits(), cache_dir=tmp_path / "cache", screen=True)
+    [brief] = evaluate(load_problem(SMALL), solution, config)
+    assert brief.status is Status.PASSED, brief.evaluation.log
+    warmup, most, _ = SCREEN["cpu"]
+    timing = brief.evaluation.timing
+    assert (timing.warmup, timing.iterations) == (warmup, most)
+    assert "screened" in timing.label and not brief.evaluation.baseline.cached
+    [full] = evaluate(load_problem(SMALL), solution, replace(config, screen=False))
+    _, full_warmup, full_most, _ = DEFAULTS["cpu"]
+    assert (full.evaluation.timing.warmup, full.evaluation.timing.iterations) == (
+        full_warmup, full_most)
+    assert "screened" not in full.evaluation.timing.label
+    assert full.evaluation.baseline.cached  # the screened run's baseline, same key
+    assert full.evaluation.baseline.latency_ms == brief.evaluation.baseline.latency_ms

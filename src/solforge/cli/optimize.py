@@ -55,6 +55,10 @@ def optimize(
     compose: bool = typer.Option(True, "--compose/--no-compose",
                                  help="After the templates, judge one composite that sends "
                                       "each workload shape to the candidate fastest on it."),
+    race: bool = typer.Option(True, "--race/--no-race",
+                              help="Time each candidate briefly first, and in full only when it "
+                                   "comes within 5% of the best (the others keep the brief "
+                                   "timing, marked in the store)."),
 ) -> None:
     """Search for faster correct kernels; keep a quality-diversity archive; write the best.
 
@@ -76,7 +80,7 @@ def optimize(
     config = OptimizeConfig(budget=budget if budget or minutes else 20, minutes=minutes,
                             proposer=proposer, llm=llm, device=run.device, hardware=run.hardware,
                             baseline=run.baseline, seed=seed, ncu=ncu,
-                            patience=patience, compose=compose)
+                            patience=patience, compose=compose, race=race)
     if run.device_type == "cpu":
         console.print("CPU mode: candidates run in Triton's interpreter on the smallest "
                       "workload; fitness is the speedup over eager PyTorch (no SOL score)",
@@ -91,7 +95,8 @@ def optimize(
                             runner=task_runner, address=address).run()
     console.print(f"judged {plural(outcome.judged, 'candidate')} ({outcome.reused} already in "
                   f"the store, {plural(outcome.hacks, 'reward hack')}); "
-                  f"{plural(len(outcome.elites), 'archive cell')} filled"
+                  f"{plural(len(outcome.elites), 'archive cell')} filled; "
+                  f"{outcome.confirmed} timed again in full, {outcome.screened} kept brief"
                   f"{'; converged' if outcome.converged else ''}", highlight=False)
     if outcome.best is None:
         console.print("no correct candidate yet", highlight=False)

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 
 from solforge.data.trace import Status
 from solforge.forge.fitness import WorkloadResult
-from solforge.store.schema import ArchiveCell, Candidate, CandidateWorkload
+from solforge.store.schema import ArchiveCell, Candidate, CandidateWorkload, ScreenedCandidate
 from solforge.store.store import Store, solution_hash
 
 
@@ -149,6 +149,23 @@ def record_workloads(store: Store, candidate_id: int, results: Sequence[Workload
                                         sol_score=r.sol_score) for r in results)
     except IntegrityError:
         return
+
+
+def mark_screened(store: Store, candidate_id: int) -> None:
+    """Note that the candidate was timed only briefly (once; a second mark is a no-op)."""
+    try:
+        with store.session() as s:
+            s.add(ScreenedCandidate(candidate_id=candidate_id))
+    except IntegrityError:
+        return
+
+
+def screened(store: Store, problem: str) -> set[int]:
+    """The ids of the problem's candidates timed only briefly (`mark_screened`)."""
+    with store.session() as s:
+        return set(s.scalars(select(ScreenedCandidate.candidate_id)
+                             .join(Candidate, Candidate.id == ScreenedCandidate.candidate_id)
+                             .where(Candidate.problem == problem)))
 
 
 def workload_results(store: Store, candidate_id: int) -> list[WorkloadResult]:

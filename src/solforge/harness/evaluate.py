@@ -74,6 +74,12 @@ from solforge.problem.problem import Problem
 DEFAULTS = {"cuda": (5, 10, 50, 8), "cpu": (3, 2, 10, 3)}
 # The fewest timed iterations of an adaptive timing per device type (0: a fixed count).
 MIN_ITERATIONS = {"cuda": 20, "cpu": 0}
+# A screened candidate's timing per device type (EvalConfig.screen): (warm-up, the most timed
+# calls, the fewest; 0: a fixed count). The optimizer's racing: 13 to 23 calls a workload on a
+# GPU instead of 30 to 60, a less precise median for candidates that are then timed in full
+# only if they come near the best (forge/loop.py).
+SCREEN = {"cuda": (3, 20, 10), "cpu": (1, 5, 0)}
+SCREEN_LABEL = "; screened: a brief timing (the optimizer's racing), not the full one"
 CPU_SMALLEST = 2
 # The CPU default skips workloads past this many input elements (generating a 128256 x 4096
 # embedding table alone takes ~11 s there); the smallest workload always runs.
@@ -122,6 +128,10 @@ class EvalConfig:
     # took as long with the graphs compiled ahead (6.16 s against 6.09 s over six RMSNorm
     # workloads), and waiting for them added 17.8 s to a cold evaluation.
     compile_ahead: bool = False
+    # Time the candidate briefly (SCREEN) instead of by `warmup`/`iterations`/`min_iterations`:
+    # the optimizer's first look. Correctness rounds, re-checked outputs and the baselines (their
+    # plan, their stored times) are those of the full plan.
+    screen: bool = False
 
 
 def evaluate(problem: Problem, solution: Solution, config: EvalConfig = EvalConfig(),
@@ -142,7 +152,8 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig = EvalConf
     traces = []
     for workload in run.workloads:
         evaluation = run.evaluation(results[workload.uuid], sols[workload.uuid],
-                                    baselines.get(workload.uuid), candidate.log)
+                                    baselines.get(workload.uuid), candidate.log,
+                                    run.candidate_plan)
         evaluation = replace(evaluation, build_seconds=run.build_seconds)
         report(f"{workload.uuid[:8]} {evaluation.status.value}")
         traces.append(Trace(problem.name, solution.name, workload.to_dict(), evaluation))
@@ -193,6 +204,7 @@ class EvaluationRun:
         self.device = resolve_device(config.device)
         self.workloads = select_workloads(problem, config, self.device)
         self.plan = _plan(config, self.device)
+        self.candidate_plan = _screened(self.plan, self.device) if config.screen else self.plan
         self.profile = resolve_profile(config.hardware, self.device)
         self.environment: Environment = environment(self.device)
         self.cache_dir = config.cache_dir or default_cache_dir()
@@ -230,8 +242,8 @@ class EvaluationRun:
             results = {w.uuid: WorkloadResult(w.uuid, failure.status, failure.message)
                        for w in self.workloads}
             return RoleRun(results, "")
-        return self.supervisor.run(protocol.CANDIDATE, solution, build, self.plan, self.workloads,
-                                   report)
+        return self.supervisor.run(protocol.CANDIDATE, solution, build, self.candidate_plan,
+                                   self.workloads, report)
 
     def hold_to_floor(self, result: WorkloadResult,
                       sol: SpeedOfLight | str) -> WorkloadResult:
@@ -460,9 +472,12 @@ class EvaluationRun:
                 "libs": self.environment.libs}
 
     def evaluation(self, result: WorkloadResult, sol: SpeedOfLight | str,
-                   baseline: BaselineReport | None, log: str) -> Evaluation:
+                   baseline: BaselineReport | None, log: str,
+                   plan: Plan | None = None) -> Evaluation:
+        """The trace's evaluation of one workload's result, timed by `plan` (this run's full
+        plan unless given: the candidate's may be screened)."""
         notes = [sol] if isinstance(sol, str) else []
-        timing = self._timing_report(result)
+        timing = self._timing_report(result, plan or self.plan)
         performance = sol_score = library_score = None
         if result.status is Status.PASSED:
             latency = timing.median_ms
@@ -505,14 +520,15 @@ class EvaluationRun:
             return None
         return score_against_library(latency_ms, baseline.library_ms, sol.t_sol_ms)
 
-    def _timing_report(self, result: WorkloadResult) -> TimingReport | None:
+    def _timing_report(self, result: WorkloadResult, plan: Plan) -> TimingReport | None:
         timing = result.timing
         if timing is None:
             return None
+        label = TIMING_LABELS[timing["method"]] + (SCREEN_LABEL if plan.screened else "")
         return TimingReport(
             method=timing["method"], device=self.device.type,
-            label=TIMING_LABELS[timing["method"]], iterations=len(timing["times_ms"]),
-            warmup=self.plan.warmup, median_ms=timing["median_ms"], min_ms=timing["min_ms"],
+            label=label, iterations=len(timing["times_ms"]),
+            warmup=plan.warmup, median_ms=timing["median_ms"], min_ms=timing["min_ms"],
             max_ms=timing["max_ms"], spread=timing["spread"],
             sm_clock_mhz=timing.get("sm_clock_mhz"), mem_clock_mhz=timing.get("mem_clock_mhz"),
             kernels_per_iteration=timing.get("kernels_per_iteration"),
@@ -561,6 +577,12 @@ def _plan(config: EvalConfig, device: torch.device) -> Plan:
                 warmup if config.warmup is None else config.warmup, most,
                 verify if config.verify is None else config.verify,
                 min_iterations=fewest if 0 < fewest < most else 0)
+
+
+def _screened(plan: Plan, device: torch.device) -> Plan:
+    """`plan` with the candidate's brief timing (SCREEN); its rounds and checks unchanged."""
+    warmup, most, fewest = SCREEN[device.type]
+    return replace(plan, warmup=warmup, iterations=most, min_iterations=fewest, screened=True)
 
 
 def _median_if_passed(result: WorkloadResult) -> float | None:

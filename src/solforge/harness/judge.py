@@ -78,6 +78,7 @@ class Plan:
     iterations: int  # the timed calls; with min_iterations > 0, the most
     verify: int  # timed outputs compared per workload
     min_iterations: int = 0  # > 0: the worker stops once the median is known (timing.py)
+    screened: bool = False  # a brief timing (evaluate.SCREEN), not the device's full one
 
 
 class InputFailure(Exception):

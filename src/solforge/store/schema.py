@@ -203,6 +203,19 @@ class CandidateWorkload(Base):
                                                           default=utcnow)
 
 
+class ScreenedCandidate(Base):
+    """A candidate the optimizer timed only briefly (its racing: harness/evaluate.py SCREEN)
+    and never in full, as it did not come near the best: its fitness and per-workload times
+    are estimates good to a few percent. A table of its own, so that stores written before it
+    keep opening."""
+
+    __tablename__ = "screened_candidates"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id"), unique=True)
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True),
+                                                          default=utcnow)
+
+
 class ArchiveCell(Base):
     """One MAP-Elites cell of a problem's archive and its elite (the best fitness seen)."""
 
