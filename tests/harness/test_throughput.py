@@ -676,3 +676,26 @@ def test_a_screened_candidate_is_timed_briefly_and_its_baseline_in_full(tmp_path
     assert "screened" not in full.evaluation.timing.label
     assert full.evaluation.baseline.cached  # the screened run's baseline, same key
     assert full.evaluation.baseline.latency_ms == brief.evaluation.baseline.latency_ms
+
+
+def test_a_reference_out_of_memory_says_what_the_oracle_held(tmp_path, monkeypatch):
+    """The INVALID_REFERENCE of a reference that ran out of device memory counts the oracle's
+    own tensors in the driver: which of the driver's bytes it holds, and which it does not."""
+    from solforge.harness.oracle import ReferenceFailure
+
+    problem = _custom_problem(tmp_path, SEEDED)
+    workload = problem.workloads[0]
+    oracle = ReferenceOracle(problem, torch.device("cpu"))
+    oracle.expected(workload, 0)  # one reference kept
+    oracle.inputs(workload, 2)  # another seed's inputs kept
+
+    def out_of_memory(*inputs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB.")
+
+    monkeypatch.setattr(oracle.module, "run", out_of_memory)
+    oracle.inputs(workload, 1)
+    with pytest.raises(ReferenceFailure) as failure:
+        oracle.expected(workload, 1)
+    message = str(failure.value)
+    assert message.startswith("reference raised OutOfMemoryError")
+    assert "1 other seeds' inputs" in message and "1 references" in message
