@@ -699,3 +699,32 @@ def test_a_reference_out_of_memory_says_what_the_oracle_held(tmp_path, monkeypat
     message = str(failure.value)
     assert message.startswith("reference raised OutOfMemoryError")
     assert "1 other seeds' inputs" in message and "1 references" in message
+
+
+def test_a_rounds_reference_is_computed_before_its_outputs_are_taken(tmp_path, monkeypatch):
+    """The driver computes each round's reference while the worker runs the call, so the
+    reference's temporaries never sit beside the candidate's outputs taken for comparison (a
+    log-softmax's 8 GiB float32 copy ran out of memory beside its 8 GiB of outputs on an 80 GB
+    H100); once per seed: the comparison reuses it."""
+    from solforge.harness.judge import Judge
+
+    monkeypatch.setenv("SOLFORGE_BASELINE_KEY", str(tmp_path / "key"))
+    events: list[str] = []
+    taken, run = Judge._taken, ReferenceOracle._run_reference
+
+    def taking(self, frame):
+        events.append("take")
+        return taken(self, frame)
+
+    def referencing(self, workload, inputs):
+        events.append("reference")
+        return run(self, workload, inputs)
+
+    monkeypatch.setattr(Judge, "_taken", taking)
+    monkeypatch.setattr(ReferenceOracle, "_run_reference", referencing)
+    solution = load_solution(HONEST / "pytorch_rmsnorm" / "solution.py", "rmsnorm_small")
+    config = EvalConfig(device="cpu", baseline="eager", secret=5, smallest=1, rounds=3,
+                        limits=short_limits(), cache_dir=tmp_path / "cache", screen=True)
+    [trace] = evaluate(load_problem(SMALL), solution, config)
+    assert trace.status is Status.PASSED, trace.evaluation.log
+    assert events[:6] == ["reference", "take"] * 3  # the candidate's three rounds

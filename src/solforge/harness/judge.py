@@ -181,6 +181,8 @@ class Judge:
             for number in range(self.plan.rounds):
                 seed = self.plan.seeds.seed(uuid, ROUND, number)
                 self._hand_over(protocol.ROUND_PHASE, number, seed)
+                if failed is None:
+                    self._reference_ahead(seed)
                 frame = self._expect(protocol.ROUND)
                 self._require(frame.meta.get("round") == number, f"round {number} missing")
                 if failed is None:
@@ -374,6 +376,17 @@ class Judge:
             return WorkloadResult(uuid, Status.REWARD_HACK, str(exc))
         return WorkloadResult(uuid, Status.PASSED, "", worst, timing._asdict(), first_call_ms,
                               tuple(sorted(loop.chosen)), handover=self.handover)
+
+    def _reference_ahead(self, seed: int) -> None:
+        """A round's reference, computed while the worker runs the call, before its outputs
+        are taken: on an 80 GB H100 a log-softmax's reference (a float32 copy of its 4 GiB of
+        logits, then its 8 GiB output) ran out of memory beside the 8 GiB of outputs taken
+        first (the driver had 4 + 8 + 8 GiB allocated). Its time is added to the worker's
+        deadline; a failure is left to `_compare`, which computes it again and reports it."""
+        began = time.monotonic()
+        with contextlib.suppress(ReferenceFailure):
+            self.oracle.expected(self.workload, seed)
+        self.deadline += time.monotonic() - began
 
     def _taken(self, frame) -> list[Any]:
         """A frame's outputs as private copies: from this workload's slots where the driver
