@@ -232,3 +232,31 @@ def test_racing_times_in_full_only_the_candidates_near_the_best(tmp_path, monkey
                                                    race=False), quiet).run()
     assert [screened for _, screened in calls] == [False] * 3 and outcome.confirmed == 0
     assert not archive.screened(store, problem.name)
+
+
+def test_racing_times_in_full_until_the_batchs_best_is_a_full_timing(tmp_path, monkeypatch):
+    """In one batch, a brief leader whose full timing comes out lower leaves another's brief
+    fitness on top: that one is timed in full too, so the best stored is a full timing."""
+    import itertools
+
+    from solforge.forge import archive
+    from solforge.forge.templates import templates_for
+
+    brief = [0.60, 0.56, 0.40]
+    full = [0.50, 0.55, 0.99]  # 0.99: never asked for
+    calls = _raced(monkeypatch, brief, full)
+    problem = load_problem(PROBLEM)
+    template = templates_for(problem.definition)[0]
+    settings = (dict(zip(template.space, values))
+                for values in itertools.product(*template.space.values()))
+    valid = [s for s in settings if template.invalid_reason(s, problem) is None][:3]
+    solutions = [template.render(s, problem) for s in valid]
+    store = Store(f"sqlite:///{tmp_path / 'forge.db'}")
+    optimizer = Optimizer(problem, store, cpu_config(tmp_path, budget=5, compose=False), quiet)
+    verdicts = optimizer.judge_batch(solutions, "test")
+    # 0.60 was the bar (0.56 below its 5%); timed in full it is 0.50, so 0.56 leads: timed too
+    assert calls == [(0, True), (1, True), (2, True), (0, False), (1, False)]
+    assert [v.fitness for v in verdicts] == [0.50, 0.55, 0.40]
+    stored = {row.fitness: row.id for row in archive.candidates(store, problem.name)}
+    assert archive.screened(store, problem.name) == {stored[0.40]}
+    assert optimizer.confirmations == [(0.60, 0.50), (0.56, 0.55)]

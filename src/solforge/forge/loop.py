@@ -428,23 +428,34 @@ class Optimizer:
     def _confirm(self, solutions: list[dict[str, Any]], measured: list[list[Trace]]
                  ) -> tuple[list[list[Trace]], list[bool]]:
         """Racing's second step: time in full the briefly timed candidates whose fitness comes
-        within CONFIRM_MARGIN of the best (so far, or in this batch). Their full traces replace
-        the brief ones; the flags say which candidates keep a brief timing (the PASSED
-        others)."""
+        within CONFIRM_MARGIN of the best known (the problem's best, this batch's brief and
+        full fitnesses), until none is left; so the batch's best is a full timing even when the
+        full timing of a brief leader came out lower than another's brief one. Their full
+        traces replace the brief ones; the flags say which candidates keep a brief timing (the
+        PASSED others)."""
         verdicts = [verdict(traces) for traces in measured]
-        found = [v.fitness for v in verdicts if v.fitness is not None]
-        if not found:
-            return measured, [False] * len(measured)
-        bar = max(found + ([self.best_fitness] if self.best_fitness is not None else []))
-        again = [index for index, judged in enumerate(verdicts) if judged.fitness is not None
-                 and judged.fitness >= bar - CONFIRM_MARGIN * abs(bar)]
-        full = self._measure([solutions[index] for index in again], screen=False)
+        latest = [judged.fitness for judged in verdicts]  # brief, then full once timed so
+        full: set[int] = set()
         confirmed = list(measured)
-        for index, traces in zip(again, full):
-            confirmed[index] = traces
-            self.confirmations.append((verdicts[index].fitness, verdict(traces).fitness))
-        self.confirmed += len(again)
-        brief = [index not in again and judged.status == Status.PASSED.value
+        while True:
+            known = [f for f in latest if f is not None]
+            if self.best_fitness is not None:
+                known.append(self.best_fitness)
+            if not known:
+                break
+            bar = max(known)
+            again = [index for index, value in enumerate(latest) if index not in full
+                     and value is not None and value >= bar - CONFIRM_MARGIN * abs(bar)]
+            if not again:
+                break
+            for index, traces in zip(again, self._measure([solutions[i] for i in again],
+                                                          screen=False)):
+                confirmed[index] = traces
+                latest[index] = verdict(traces).fitness
+                self.confirmations.append((verdicts[index].fitness, latest[index]))
+                full.add(index)
+        self.confirmed += len(full)
+        brief = [index not in full and judged.status == Status.PASSED.value
                  for index, judged in enumerate(verdicts)]
         self.screened += sum(brief)
         return confirmed, brief
