@@ -374,14 +374,15 @@ def test_throughput_keeps_each_problem_and_goes_on_from_the_next(tmp_path, monke
 def test_units_sharing_the_gpu_are_counted_by_their_rate_not_their_median_gap(tmp_path,
                                                                                monkeypatch):
     """Units side by side end in bursts (gaps 0.1, 0.1, 5.8): the median gap (0.1) would say
-    nothing of the rate, so with --per-gpu the record's figure is the mean gap (2.0)."""
+    nothing of the rate, so with --per-gpu the record's figure is the mean gap (2.0); and so
+    it is with racing, where a candidate may take two units."""
     script = _load_script(THROUGHPUT_SCRIPT, monkeypatch)
     kept = {"problem": "l1/a", "candidates": 4, "wall_seconds": 12.0, "first_seconds": 6.0,
             "gaps": [0.1, 0.1, 5.8], "unit_seconds": [6.0] * 4, "statuses": {"PASSED": 4},
             "phases": {"timing": {"seconds": 3.0, "count": 4}}}
-    for per_gpu, expected in ((1, 0.1), (3, 2.0)):
-        call = script.Call(tmp_path, tmp_path / f"state{per_gpu}", "cuda", "h200", 4,
-                           ("l1/a",), 0, 0, time.monotonic() + 600, per_gpu)
+    for per_gpu, race, expected in ((1, False, 0.1), (3, False, 2.0), (1, True, 2.0)):
+        call = script.Call(tmp_path, tmp_path / f"state{per_gpu}{race}", "cuda", "h200", 4,
+                           ("l1/a",), 0, 0, time.monotonic() + 600, per_gpu, race)
         call.state.mkdir()
         script._problem_file(call, "forge.db", "l1/a").write_text(json.dumps(kept))
         monkeypatch.setattr(script, "recorded_environment", lambda device: {})

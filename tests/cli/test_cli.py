@@ -507,7 +507,7 @@ def test_optimize_exits_1_when_no_candidate_is_correct(tmp_path, monkeypatch, ca
 
         def run(self):
             return SimpleNamespace(judged=3, reused=0, hacks=1, elites=[], best=None,
-                                   converged=False)
+                                   converged=False, confirmed=0, screened=0)
 
     @contextmanager
     def one_slot(*args, **options):
