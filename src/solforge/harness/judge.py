@@ -381,8 +381,9 @@ class Judge:
         """A round's reference, computed while the worker runs the call, before its outputs
         are taken: on an 80 GB H100 a log-softmax's reference (a float32 copy of its 4 GiB of
         logits, then its 8 GiB output) ran out of memory beside the 8 GiB of outputs taken
-        first (the driver had 4 + 8 + 8 GiB allocated). Its time is added to the worker's
-        deadline; a failure is left to `_compare`, which computes it again and reports it."""
+        first (the driver's 20.01 GiB allocated match the 4 GiB of inputs, those outputs and
+        that copy, by their sizes). Its time is added to the worker's deadline; a failure is
+        left to `_compare`, which computes it again and reports it."""
         began = time.monotonic()
         with contextlib.suppress(ReferenceFailure):
             self.oracle.expected(self.workload, seed)

@@ -136,11 +136,11 @@ class ReferenceOracle:
         return values
 
     def _held(self, inputs: list[Any]) -> str:
-        """What the oracle holds in the driver, told when a reference runs out of memory. On
-        an 80 GB H100 a log-softmax's driver had 20.01 GiB allocated when its reference failed,
-        8 more than the seed's 4 GiB inputs and the 8 GiB of outputs being compared, twice,
-        with and without its predecessor's reference dropped first: this says whether the
-        oracle holds them."""
+        """What the oracle holds in the driver, told when a reference runs out of memory: which
+        of the driver's allocated bytes are its own. On an 80 GB H100 a log-softmax's driver
+        had 20.01 GiB allocated when its reference failed, which the sizes match to the seed's
+        4 GiB inputs, the 8 GiB of outputs taken for comparison and the reference's own 8 GiB
+        float32 temporary; a message could only say the first of them."""
         kept = sum(map(tensor_bytes, self._inputs.values()))
         references = sum(map(tensor_bytes, self._expected.values()))
         return (f"; the driver's oracle held this reference's inputs ({_gib(tensor_bytes(inputs))}"

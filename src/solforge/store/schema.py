@@ -206,8 +206,8 @@ class CandidateWorkload(Base):
 class ScreenedCandidate(Base):
     """A candidate the optimizer timed only briefly (its racing: harness/evaluate.py SCREEN)
     and never in full, as it did not come near the best: its fitness and per-workload times
-    are estimates good to a few percent. A table of its own, so that stores written before it
-    keep opening."""
+    come from fewer timed calls than a full timing's. A table of its own, so that stores
+    written before it keep opening."""
 
     __tablename__ = "screened_candidates"
     id: Mapped[int] = mapped_column(primary_key=True)
