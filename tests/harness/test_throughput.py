@@ -728,3 +728,35 @@ def test_a_rounds_reference_is_computed_before_its_outputs_are_taken(tmp_path, m
     [trace] = evaluate(load_problem(SMALL), solution, config)
     assert trace.status is Status.PASSED, trace.evaluation.log
     assert events[:6] == ["reference", "take"] * 3  # the candidate's three rounds
+
+
+def test_a_timed_calls_reference_comes_before_its_outputs_when_they_cannot_be_kept(
+        tmp_path, monkeypatch):
+    """A secretly chosen timed output too large to keep for after the loop (HELD_BYTES) is
+    compared as it arrives: its reference is computed before the outputs are taken, as a
+    round's is, so the reference's temporaries never sit beside them."""
+    from solforge.harness import judge
+    from solforge.harness.judge import Judge
+
+    monkeypatch.setenv("SOLFORGE_BASELINE_KEY", str(tmp_path / "key"))
+    monkeypatch.setattr(judge, "HELD_BYTES", 0)
+    events: list[str] = []
+    taken, run = Judge._taken, ReferenceOracle._run_reference
+
+    def taking(self, frame):
+        events.append("take")
+        return taken(self, frame)
+
+    def referencing(self, workload, inputs):
+        events.append("reference")
+        return run(self, workload, inputs)
+
+    monkeypatch.setattr(Judge, "_taken", taking)
+    monkeypatch.setattr(ReferenceOracle, "_run_reference", referencing)
+    solution = load_solution(HONEST / "pytorch_rmsnorm" / "solution.py", "rmsnorm_small")
+    config = EvalConfig(device="cpu", baseline="eager", secret=5, smallest=1, rounds=2,
+                        limits=short_limits(), cache_dir=tmp_path / "cache", screen=True)
+    [trace] = evaluate(load_problem(SMALL), solution, config)
+    assert trace.status is Status.PASSED, trace.evaluation.log
+    timed = events[4:]  # after the candidate's two rounds
+    assert timed and timed == ["reference", "take"] * (len(timed) // 2)

@@ -328,6 +328,8 @@ class Judge:
             if i not in chosen:
                 self.oracle.forget(self.workload, seed)
             elif loop.failed is None:
+                if not self._held_fits(loop, seed):  # compared now: its reference first
+                    self._reference_ahead(seed)
                 self._check_timed(loop, i, seed, self._taken(frame))
         if meta is None:
             meta = self._expect(protocol.TIMING).meta
@@ -335,6 +337,14 @@ class Judge:
         _record_worker_seconds(meta.get("worker_seconds"), "timing", "loop")
         self._expect(protocol.WORKLOAD_DONE)
         return loop
+
+    def _held_fits(self, loop: _Loop, seed: int) -> bool:
+        """Whether a chosen timed call's outputs (at most `max_payload`) would be kept for
+        later: where they would not, `_check_timed` compares them as they arrive, and their
+        reference is computed before they are taken (the call has returned: the device works on
+        nothing timed until the next call's inputs are handed over)."""
+        size = self.max_payload + self.oracle.kept_bytes(self.workload, seed)
+        return loop.held_bytes + size <= HELD_BYTES
 
     def _check_timed(self, loop: _Loop, i: int, seed: int, values: list[Any]) -> None:
         """A chosen timed output: kept for later while the kept ones fit in HELD_BYTES (with
@@ -378,8 +388,9 @@ class Judge:
                               tuple(sorted(loop.chosen)), handover=self.handover)
 
     def _reference_ahead(self, seed: int) -> None:
-        """A round's reference, computed while the worker runs the call, before its outputs
-        are taken: on an 80 GB H100 a log-softmax's reference (a float32 copy of its 4 GiB of
+        """A call's reference, computed before its outputs are taken (a round's while the
+        worker runs the call; a timed call's compared as it arrives, once it returned): on an
+        80 GB H100 a log-softmax's reference (a float32 copy of its 4 GiB of
         logits, then its 8 GiB output) ran out of memory beside the 8 GiB of outputs taken
         first (the driver's 20.01 GiB allocated match the 4 GiB of inputs, those outputs and
         that copy, by their sizes). Its time is added to the worker's deadline; a failure is
