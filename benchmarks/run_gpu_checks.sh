@@ -11,7 +11,9 @@
 #                        benchmarks/results/TAG-gpu-tests.jsonl, running only what it lacks for
 #                        the same code: tests/ledger.py)
 #           throughput   issue 13: seconds per optimizer candidate, phases before/after, the
-#                        suite cold/warm (benchmarks/throughput_gpu.py, resumable)
+#                        suite cold/warm (benchmarks/throughput_gpu.py, resumable; the search
+#                        with THROUGHPUT_PER_GPU units on the GPU, default 6, and
+#                        THROUGHPUT_CANDIDATES candidates, default 60)
 #           sharing      issue 13 with units sharing the GPU: for each N of SHARE_PER_GPU
 #                        (default "1 3"), the throughput stage's optimizer search over its four
 #                        problems (SHARE_CANDIDATES candidates, default 24) with N units on the
@@ -207,7 +209,10 @@ stage_throughput() {
         mkdir -p "$out/throughput" && cp -r "benchmarks/results/$tag-throughput-state" "$state"
     fi
     import_baselines --cache-dir "$state/cache"
+    # Six units on the GPU, racing on: on an H100 (2026-12-06) 2.47 s a candidate against 3.76
+    # with three and 2.61 with six and no racing (benchmarks/results/h100-2026-12-06/)
     "$python" benchmarks/throughput_gpu.py "$out/throughput" --name "$tag" --deadline-s "$deadline" \
+        --per-gpu "${THROUGHPUT_PER_GPU:-6}" --candidates "${THROUGHPUT_CANDIDATES:-60}" \
         2>&1 | tee -a "$out/throughput.log"
 }
 

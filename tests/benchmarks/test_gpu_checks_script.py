@@ -371,3 +371,19 @@ def test_the_tests_stage_goes_on_from_the_ledger_and_leaves_it_for_the_next_call
     assert first.startswith(f"ledger={ledger} -m pytest -m gpu ")
     assert "faulthandler_timeout=300" in first
     assert summary == f"ledger= tests/ledger.py {ledger}"
+
+
+@pytest.mark.parametrize(("env", "per_gpu", "candidates"), [
+    ({}, "6", "60"), ({"THROUGHPUT_PER_GPU": "3", "THROUGHPUT_CANDIDATES": "24"}, "3", "24"),
+])
+def test_the_throughput_stage_searches_with_six_units_unless_told(tmp_path, env, per_gpu,
+                                                                  candidates):
+    """Issue 13's record is made with the units a GPU that gave the best rate (six, with
+    racing, on an H100), from this GPU's committed state and baselines."""
+    out = tmp_path / "out"
+    lines = _calls(tmp_path, out, "throughput", **env)
+    [search] = [line for line in lines if "throughput_gpu.py" in line]
+    assert f"--per-gpu {per_gpu} --candidates {candidates}" in search
+    assert search.startswith(f"benchmarks/throughput_gpu.py {out}/throughput --name h200 ")
+    assert (f"baselines import benchmarks/results/h200-baselines.json --cache-dir "
+            f"{out}/throughput/h200-throughput-state/cache") in "".join(lines)
