@@ -9,8 +9,15 @@ the problem.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import random
+import traceback
+from concurrent.futures import ProcessPoolExecutor
 
+import numpy as np
 import pytest
+import torch
+from helpers import Computed, selected_keys
 from typer.testing import CliRunner
 
 from solforge.cli import app
@@ -53,13 +60,46 @@ def test_at_least_four_workloads_beyond_the_tiny_one(address):
     assert len([w for w in problem.workloads if w.uuid != tiny.uuid]) >= 4
 
 
+def _analysis_of(address: str) -> list[tuple[str, tuple[str, ...], float]] | str:
+    """Each workload's uuid, ops with no cost rule and T_SOL on the H200, in the problem's
+    order; or the traceback of what the analysis raised. Run in a process of `analyses`, from
+    the random state each test starts from (conftest.py)."""
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    try:
+        problem = open_problem(address)
+        analyses = [(w.uuid, analyze_workload(problem, w, H200)) for w in problem.workloads]
+    except Exception:
+        return traceback.format_exc()
+    return [(uuid, a.unknown_ops, a.t_sol_ms) for uuid, a in analyses]
+
+
+@pytest.fixture(scope="module")
+def analyses(request) -> Computed:
+    """The analyses the selected tests read, by address, made in two processes side by side:
+    tracing a reference is mostly Python, about one core's work (the slowest problems 5 to 20 s
+    each on the 2-core machine), so one process at a time left the other core mostly idle. The
+    slow ones are handed out first, so that no process is left with one of them at the end."""
+    def compute(addresses: list[str]) -> list:
+        # Fresh interpreters (not forks of this one), of one torch thread each: two processes
+        # of two threads would contend for the two cores.
+        with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            return list(pool.map(_analysis_of, addresses))
+
+    wanted = selected_keys(request, "address")
+    return Computed(compute).fetch(sorted(wanted, key=lambda a: a not in SLOW_ANALYSES))
+
+
 @pytest.mark.parametrize("address", ANALYSES)
-def test_analysis_costs_every_op_of_every_workload(address):
-    problem = open_problem(address)
-    for workload in problem.workloads:
-        analysis = analyze_workload(problem, workload, H200)
-        assert analysis.unknown_ops == (), f"workload {workload.uuid}"
-        assert analysis.t_sol_ms > 0, f"workload {workload.uuid}"
+def test_analysis_costs_every_op_of_every_workload(address, analyses):
+    analyzed = analyses[address]
+    assert not isinstance(analyzed, str), analyzed  # the analysis raised: its traceback
+    assert [uuid for uuid, _, _ in analyzed] == [w.uuid for w in open_problem(address).workloads]
+    for uuid, unknown_ops, t_sol_ms in analyzed:
+        assert unknown_ops == (), f"workload {uuid}"
+        assert t_sol_ms > 0, f"workload {uuid}"
 
 
 def test_workload_uuids_are_unique_across_the_suite():
