@@ -701,45 +701,12 @@ def test_a_reference_out_of_memory_says_what_the_oracle_held(tmp_path, monkeypat
     assert "1 other seeds' inputs" in message and "1 references" in message
 
 
-def test_a_rounds_reference_is_computed_before_its_outputs_are_taken(tmp_path, monkeypatch):
-    """The driver computes each round's reference while the worker runs the call, so the
-    reference's temporaries never sit beside the candidate's outputs taken for comparison (a
-    log-softmax's 8 GiB float32 copy ran out of memory beside its 8 GiB of outputs on an 80 GB
-    H100); once per seed: the comparison reuses it."""
+def _takes_and_references(tmp_path, monkeypatch, rounds: int) -> list[str]:
+    """In order, each reference the driver computes and each output it takes (a candidate's
+    timed call's marked as such), over an honest candidate's evaluation with `rounds` rounds."""
     from solforge.harness.judge import Judge
 
     monkeypatch.setenv("SOLFORGE_BASELINE_KEY", str(tmp_path / "key"))
-    events: list[str] = []
-    taken, run = Judge._taken, ReferenceOracle._run_reference
-
-    def taking(self, frame):
-        events.append("take")
-        return taken(self, frame)
-
-    def referencing(self, workload, inputs):
-        events.append("reference")
-        return run(self, workload, inputs)
-
-    monkeypatch.setattr(Judge, "_taken", taking)
-    monkeypatch.setattr(ReferenceOracle, "_run_reference", referencing)
-    solution = load_solution(HONEST / "pytorch_rmsnorm" / "solution.py", "rmsnorm_small")
-    config = EvalConfig(device="cpu", baseline="eager", secret=5, smallest=1, rounds=3,
-                        limits=short_limits(), cache_dir=tmp_path / "cache", screen=True)
-    [trace] = evaluate(load_problem(SMALL), solution, config)
-    assert trace.status is Status.PASSED, trace.evaluation.log
-    assert events[:6] == ["reference", "take"] * 3  # the candidate's three rounds
-
-
-def test_a_timed_calls_reference_comes_before_its_outputs_when_they_cannot_be_kept(
-        tmp_path, monkeypatch):
-    """A secretly chosen timed output too large to keep for after the loop (HELD_BYTES) is
-    compared as it arrives: its reference is computed before the outputs are taken, as a
-    round's is, so the reference's temporaries never sit beside them."""
-    from solforge.harness import judge
-    from solforge.harness.judge import Judge
-
-    monkeypatch.setenv("SOLFORGE_BASELINE_KEY", str(tmp_path / "key"))
-    monkeypatch.setattr(judge, "HELD_BYTES", 0)
     events: list[str] = []
     taken, run = Judge._taken, ReferenceOracle._run_reference
 
@@ -755,10 +722,31 @@ def test_a_timed_calls_reference_comes_before_its_outputs_when_they_cannot_be_ke
     monkeypatch.setattr(Judge, "_taken", taking)
     monkeypatch.setattr(ReferenceOracle, "_run_reference", referencing)
     solution = load_solution(HONEST / "pytorch_rmsnorm" / "solution.py", "rmsnorm_small")
-    config = EvalConfig(device="cpu", baseline="eager", secret=5, smallest=1, rounds=2,
+    config = EvalConfig(device="cpu", baseline="eager", secret=5, smallest=1, rounds=rounds,
                         limits=short_limits(), cache_dir=tmp_path / "cache", screen=True)
     [trace] = evaluate(load_problem(SMALL), solution, config)
     assert trace.status is Status.PASSED, trace.evaluation.log
+    return events
+
+
+def test_a_rounds_reference_is_computed_before_its_outputs_are_taken(tmp_path, monkeypatch):
+    """The driver computes each round's reference while the worker runs the call, so the
+    reference's temporaries never sit beside the candidate's outputs taken for comparison (a
+    log-softmax's 8 GiB float32 copy ran out of memory beside its 8 GiB of outputs on an 80 GB
+    H100); once per seed: the comparison reuses it."""
+    events = _takes_and_references(tmp_path, monkeypatch, rounds=3)
+    assert events[:6] == ["reference", "take"] * 3  # the candidate's three rounds
+
+
+def test_a_timed_calls_reference_comes_before_its_outputs_when_they_cannot_be_kept(
+        tmp_path, monkeypatch):
+    """A secretly chosen timed output too large to keep for after the loop (HELD_BYTES) is
+    compared as it arrives: its reference is computed before the outputs are taken, as a
+    round's is, so the reference's temporaries never sit beside them."""
+    from solforge.harness import judge
+
+    monkeypatch.setattr(judge, "HELD_BYTES", 0)
+    events = _takes_and_references(tmp_path, monkeypatch, rounds=2)
     # each of the candidate's chosen timed calls (a baseline's may find its reference made)
     before = [events[i - 1] for i, event in enumerate(events) if event.endswith("call's")]
     assert before and before == ["reference"] * len(before)
