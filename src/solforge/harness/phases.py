@@ -14,10 +14,11 @@ The phases the harness records (seconds, wall clock, in the process that drives 
 - `start_<step>`: the worker's own marks of its start (startup.py), carved out of `worker_wait`
   where the driver was waiting: `interpreter` (to its first line: the sandbox's entry and the
   harness's imports, `import torch` among them), `harness` (the worker's module), `triton`,
-  `cuda` (the context and a first kernel), `jit_keys` (Triton's cache keys,
-  jit_keys.py), `profiler` (its first session: CUPTI), `idle`
-  (waiting to be taken), `config` (the CONFIG frame and the problem), `preload` (libraries the
-  solution declares), `warm_up` (the harness's own warm-up again), `guards` (their snapshot).
+  `cuda` (the context and a first kernel), `jit_keys` (Triton's cache keys, jit_keys.py),
+  `triton_launch` (its first launch, triton_warm.py), `profiler` (its first session: CUPTI),
+  `idle` (waiting to be taken), `config` (the CONFIG frame and the problem), `preload`
+  (libraries the solution declares), `warm_up` (the harness's own warm-up again), `guards`
+  (their snapshot).
 - `build`: compiling the solution (C++/CUDA) in its own process.
 - `triton_ahead`: copying the candidate's Triton kernels compiled ahead into its worker's
   sandbox (sandbox/jit_ahead.py); what they save shows in `round_calls`, the first calls.

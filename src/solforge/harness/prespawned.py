@@ -21,12 +21,12 @@ _FOREVER = 1e9
 
 def _prewarm() -> None:
     """What every worker does first anyway: Triton, the CUDA context, a first kernel, Triton's
-    cache keys (jit_keys.py) and the profiler's start (no candidate exists yet, so the guards'
-    later snapshot sees this as the harness's own state; the worker's own warm-up then finds it
-    all done)."""
+    cache keys (jit_keys.py), its first launch (triton_warm.py) and the profiler's start (no
+    candidate exists yet, so the guards' later snapshot sees this as the harness's own state;
+    the worker's own warm-up then finds it all done)."""
     import torch
 
-    from solforge.harness import jit_keys
+    from solforge.harness import jit_keys, triton_warm
     from solforge.measure.timing import time_iterations
 
     if os.environ.get(PREWARM_ENV) != "1":
@@ -39,6 +39,8 @@ def _prewarm() -> None:
         startup.mark("cuda")
         jit_keys.compute()
         startup.mark("jit_keys")
+        triton_warm.launch_once(torch.device("cuda"))
+        startup.mark("triton_launch")
         time_iterations(lambda i: None, iterations=1, warmup=0, method="kernel")
         startup.mark("profiler")
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 
 _MARKS: list[tuple[str, float]] = []  # (step, monotonic end) in the order they happened
-MAX_MARKS = 16  # a worker's start makes 11 (12 when its compile warm-up falls back)
+MAX_MARKS = 16  # a worker's start makes 12 (13 when its compile warm-up falls back)
 
 
 def mark(step: str) -> None:

@@ -197,10 +197,14 @@ class Worker:
     def _warm_up_harness(self) -> None:
         """Start what the harness itself starts lazily (profiler, thread pools, CUDA context), so
         the guards' baselines and the first timed call see none of it; on a GPU, compute
-        Triton's cache keys too (jit_keys.py), which the candidate's first call would."""
+        Triton's cache keys too (jit_keys.py) and make its first launch (triton_warm.py), which
+        the candidate's first call would."""
         torch.randn(1 << 16, device=self.device).sum()
         if self.device.type == "cuda" and "triton" in sys.modules:
             jit_keys.compute()
+            from solforge.harness import triton_warm
+
+            triton_warm.launch_once(self.device)
         time_iterations(lambda i: None, iterations=1, warmup=0, method=self.config.timing_method,
                         flush_bytes=self.config.flush_bytes)
         if self.config.role == protocol.CANDIDATE and "torch._dynamo" in self.config.preload:

@@ -33,8 +33,8 @@ from solforge.harness.sandbox.policy import Policy
 
 WARM_TIMEOUT_S = 600.0
 READY = "ready"
-LAYOUT = "3"  # the template's folders: cache/, and tmp/ with Inductor's precompiled headers;
-# 3: warm.py's kernels compiled with no local autotune records
+LAYOUT = "4"  # the template's folders: cache/, and tmp/ with Inductor's precompiled headers;
+# 3: warm.py's kernels compiled with no local autotune records; 4: and triton_warm.py's kernel
 
 
 def template_root() -> Path:

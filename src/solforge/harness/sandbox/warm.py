@@ -1,7 +1,8 @@
 """Trusted warm-up of the JIT caches (run in a sandbox by jit_cache.py, never with candidate
 code): what every torch.compile or Triton user compiles first, whatever its kernel (Inductor's
-CPU instruction-set probes, Triton's driver utilities), so a candidate's fresh private caches
-start from a copy of these instead of from nothing.
+CPU instruction-set probes, Triton's driver utilities), and on a GPU the harness's own Triton
+kernel that each worker launches before its candidate (harness/triton_warm.py), so a
+candidate's fresh private caches start from a copy of these instead of from nothing.
 
     python -m solforge.harness.sandbox.warm cpu|cuda
 """
@@ -35,6 +36,9 @@ def warm(device: str) -> None:
         torch.compile(_rmsnorm, dynamic=False)(x)
     if device == "cuda":
         torch.cuda.synchronize()
+        from solforge.harness import triton_warm
+
+        triton_warm.launch_once(torch.device(device))
 
 
 if __name__ == "__main__":
