@@ -9,8 +9,13 @@ took 0.76 ms on a 2-core CPU machine with PyTorch's CPU build. This builds the g
 worker does (the harness's modules imported, on the device) and times, in ms per call (median
 of `--repeats` after 20 untimed), the whole check and each of its parts:
 - `identities`: every watched name, `sys.modules` entry and harness object, by identity, and
-  every watched Python function's code, defaults and closure (harness/identities.py; the
-  worker runs it in the frame that called the candidate, the moment the call returns);
+  every watched Python function's code, defaults and closure (harness/identities.py);
+  `identities_at_return` is the same check as the worker runs it in the frame that called the
+  candidate, the moment each call returns: with dict watchers (Python 3.12 and later,
+  harness/dict_watch.py) it compares the names only when CPython counted a change to their
+  namespaces (`dict_watchers` says whether it could);
+- `per_timed_call`: what the worker checks around each timed call (that check at the return,
+  then `check_returned`, then `check_threads` before the next call), without the buffers;
 - `hooks`: the dispatcher entries (`dispatch_dumps`, one `_dispatch_dump` per watched op), the
   Python kernels on those ops (`python_kernels`) and the mode stacks;
 - `threads`: the signal masks of the process's threads and the CPU time of its Python threads
@@ -39,6 +44,7 @@ from script_common import checked_device, log, recorded_environment, write_recor
 
 from solforge.harness import guards as guard_module  # noqa: E402
 from solforge.harness import worker  # noqa: E402  (the worker's modules, as it loads them)
+from solforge.harness.identities import identity_changes  # noqa: E402
 
 WARM = 20
 
@@ -59,10 +65,13 @@ def ms_per_call(step: Callable[[], Any], repeats: int, device: torch.device) -> 
 
 def parts(guards: guard_module.Guards) -> dict[str, Callable[[], Any]]:
     """The check and each of its parts, as the check calls them."""
-    hooks = guards.hooks
+    hooks, state = guards.hooks, guards.identities.state
     return {
         "check": lambda: guards.check(children=False),
+        "per_timed_call": lambda: (identity_changes(state), guards.check_returned(),
+                                   guards.check_threads(children=False)),
         "identities": guards.identities.changed,
+        "identities_at_return": lambda: identity_changes(state),
         "hooks": hooks.changed,
         "dispatch_dumps": lambda: [guard_module._dispatch_dump(op) for op in hooks.ops],
         "python_kernels": lambda: [guard_module._python_kernels(op) for op in hooks.ops],
@@ -85,6 +94,7 @@ def measure(device: torch.device, repeats: int) -> dict[str, Any]:
     return {"ms_median": rows, "watched_ops": len(guards.hooks.ops),
             "watched_names": identities.watched_names(),
             "watched_functions": identities.watched_functions(),
+            "dict_watchers": identities.gate() is not None,
             "dispatch_dump_chars": sum(len(guard_module._dispatch_dump(op) or "")
                                        for op in guards.hooks.ops)}
 

@@ -421,7 +421,8 @@ class Guards:
         anything but the frames that run `setters` over the harness's own frames
         (tracer_hook.py). The worker's, never a process that merely checks."""
         tracers = tracer_hook.install(setters, tracer_hook.harness_codes(harness_modules()))
-        install_tamper_hook(self.identities, also=(tracers,))
+        gate = self.identities.gate()  # its counting callback (dict_watch.py), if any
+        install_tamper_hook(self.identities, also=(tracers, *(gate[3][1:2] if gate else ())))
         self.audit.settle()  # those hooks are the harness's own
 
     def root(self) -> tuple[Any, ...]:

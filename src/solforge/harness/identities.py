@@ -27,6 +27,7 @@ Python).
 from __future__ import annotations
 
 import builtins
+import gc
 import importlib
 import operator
 import os
@@ -39,7 +40,7 @@ from typing import Any
 
 import torch
 
-from solforge.harness import protocol
+from solforge.harness import dict_watch, protocol
 
 WATCHED_MODULES = (
     "time", "os", "io", "select", "struct", "json", "hmac", "hashlib", "secrets", "math",
@@ -255,6 +256,9 @@ class IdentitySnapshot:
             tuple((name, vars(module), frozenset(vars(module)), name.startswith(HARNESS_PREFIX))
                   for name, module in modules.items()),
             (readers := _hook_readers(), tuple(read() for read in readers)),
+            # CPython's count of changes to these namespaces, where it keeps one: a return
+            # then compares the names only when it moved (dict_watch.py)
+            dict_watch.watch(_namespace_dicts(self.namespaces)),
         )
         self.state = (*self._static, self.pinned)
 
@@ -285,15 +289,34 @@ class IdentitySnapshot:
         self.state = (*self._static, self.pinned)
 
     def changed(self) -> list[str]:
-        """What `identity_changes` finds now (its state read with object's lookup, never
-        through a `__getattribute__` given to this class, which the check reports)."""
-        return identity_changes(object.__getattribute__(self, "state"))
+        """What `identity_changes` finds now, every name compared whatever the count of
+        changes says (its state read with object's lookup, never through a
+        `__getattribute__` given to this class, which the check reports)."""
+        state = object.__getattribute__(self, "state")
+        return identity_changes((*state[:-2], None, state[-1]))
+
+    def gate(self) -> tuple[Any, ...] | None:
+        """The count of changes the check at a return reads (dict_watch.py), if any."""
+        return self.state[-2]
 
     def watched_names(self) -> int:
         return sum(len(flat[2]) for flat in self.state[0])
 
     def watched_functions(self) -> int:
         return len(self.state[1][0][0])
+
+
+def _namespace_dicts(namespaces: Iterable[Namespace]) -> list[tuple[dict[Any, Any], set[str]]]:
+    """Each namespace's own dict (a class's, behind its mapping proxy) with its watched names,
+    one entry a dict."""
+    found: dict[int, tuple[dict[Any, Any], set[str]]] = {}
+    for namespace in namespaces:
+        names = namespace.names
+        if type(names) is MappingProxyType:
+            names = next((d for d in gc.get_referents(names) if type(d) is dict), None)
+        if type(names) is dict:
+            found.setdefault(id(names), (names, set()))[1].update(namespace.attributes)
+    return list(found.values())
 
 
 def _defined_by_harness(value: Any, module: ModuleType) -> bool:
@@ -306,7 +329,8 @@ def identity_changes(state: tuple[Any, ...], _any=any, _map=map, _zip=zip, _tupl
                      _is_not=operator.is_not, _keywords=operator.attrgetter("__kwdefaults__"),
                      _contents=operator.attrgetter("cell_contents"), _missing=_MISSING,
                      _cached=CACHED_CLASS_NAMES, _str=str, _module=ModuleType,
-                     _builtin_names=BUILTIN_NAMES
+                     _builtin_names=BUILTIN_NAMES, _changes=dict_watch.changes_of,
+                     _compared=dict_watch.compared_of, _set_compared=dict_watch.set_compared
                      ) -> list[str]:
     """What changed since the snapshot whose `state` this is, as labels (none: []). Functions
     first: until they are known to run what they ran, nothing here calls one. A new code or
@@ -315,7 +339,7 @@ def identity_changes(state: tuple[Any, ...], _any=any, _map=map, _zip=zip, _tupl
     is a default bound at import (a rebound `builtins.any` would answer for a check that looked
     it up). An emptied closure cell raises ValueError: the caller treats an exception as a
     change."""
-    flats, functions, class_names, others, modules, module_names, hooks, pinned = state
+    flats, functions, class_names, others, modules, module_names, hooks, gate, pinned = state
     _, keywords, (cells, contents, cell_labels) = functions
     found = []
     for f, kw, keys, values, label in keywords:
@@ -327,20 +351,26 @@ def identity_changes(state: tuple[Any, ...], _any=any, _map=map, _zip=zip, _tupl
                   if cell.cell_contents is not content]
     if found:
         return found  # what the rest would call may be what changed
-    for get, mappings, attributes, values, names in flats:
+    # The names, unless CPython counted no change to their namespaces since the last
+    # comparison that found none (dict_watch.py; the functions above are the harness's own).
+    counted = _changes(gate) if gate is not None else None
+    compare = gate is None or counted != _compared(gate)
+    added = []
+    for get, mappings, attributes, values, names in flats if compare else ():
         if _any(_map(_is_not, _map(get, mappings, attributes), values)):
             found += [label for label, names_now, attribute, value
                       in _zip(names, mappings, attributes, values)
                       if get(names_now, attribute) is not value]
-    added = [f"{label}.{name} (added)" for label, names, then in class_names
-             if names.keys() != then for name in _sorted(names.keys() - then)
-             if name not in _cached]
-    for label, names, then, strict in module_names:
-        if names.keys() != then:
-            added += [f"{label}.{name} (added)" for name in names.keys() - then
-                      if _type(name) is not _str or name in _builtin_names
-                      or (strict and not name.startswith("__")
-                          and _type(names[name]) is not _module)]
+    if compare:
+        added = [f"{label}.{name} (added)" for label, names, then in class_names
+                 if names.keys() != then for name in _sorted(names.keys() - then)
+                 if name not in _cached]
+        for label, names, then, strict in module_names:
+            if names.keys() != then:
+                added += [f"{label}.{name} (added)" for name in names.keys() - then
+                          if _type(name) is not _str or name in _builtin_names
+                          or (strict and not name.startswith("__")
+                              and _type(names[name]) is not _module)]
     found += added
     found += [label for namespace in others for label in namespace.changed()]
     loaded, watched = modules
@@ -360,6 +390,8 @@ def identity_changes(state: tuple[Any, ...], _any=any, _map=map, _zip=zip, _tupl
         then = _dict(_zip(keys, values))
         found += [f"{label}.{k}" for k in now.keys() | then.keys()
                   if now.get(k, _missing) is not then.get(k, _missing)]
+    if compare and gate is not None and not found:
+        _set_compared(gate, counted)
     return found
 
 
