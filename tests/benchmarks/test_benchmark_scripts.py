@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from solforge.harness import dict_watch
+
 REPO = Path(__file__).resolve().parents[2]
 SUITE_SCRIPT = REPO / "benchmarks" / "suite_gpu.py"
 PROBLEM = "l1/rmsnorm_llama3_1_8b"  # has a shipped solution
@@ -533,10 +535,11 @@ def test_guard_cost_times_the_check_and_each_part_and_refuses_no_repeats(tmp_pat
     run_here(REPO / "benchmarks" / "guard_cost.py", "--device", "cpu", "--repeats", "3",
              "-o", str(out))
     record = json.loads(out.read_text())
-    parts = {"check", "identities", "hooks", "dispatch_dumps", "python_kernels", "audit",
-             "threads", "poisoned_outputs"}
+    parts = {"check", "per_timed_call", "identities", "identities_at_return", "hooks",
+             "dispatch_dumps", "python_kernels", "audit", "threads", "poisoned_outputs"}
     assert set(record["ms_median"]) == parts and all(v > 0 for v in record["ms_median"].values())
     assert record["watched_ops"] > 20 and record["watched_names"] > 1000
+    assert record["dict_watchers"] is dict_watch.available()
     done = run_here(REPO / "benchmarks" / "guard_cost.py", "--repeats", "0", check=False)
     assert done.returncode == 1 and "--repeats must be >= 1" in done.stderr
 
