@@ -210,6 +210,10 @@ def main() -> None:
     if args.child:
         child(args.child)
         return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("first_call_profile.py needs a CUDA GPU")
     record: dict[str, Any] = {"what": "a Triton candidate's first calls, per workload, after "
                               "its kernels were compiled ahead (benchmarks/first_call_profile.py)",
                               "environment": recorded_environment("cuda"), "problem": args.problem,

@@ -530,6 +530,14 @@ def test_timer_cost_says_it_needs_a_gpu_and_writes_nothing(tmp_path, run_here):
     assert not out.exists()
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the GPU runs it")
+def test_first_call_profile_says_it_needs_a_gpu_and_writes_nothing(tmp_path, run_here):
+    out = tmp_path / "first-calls.json"
+    done = run_here(REPO / "benchmarks" / "first_call_profile.py", str(out), check=False)
+    assert done.returncode == 1 and "needs a CUDA GPU" in done.stderr
+    assert not out.exists()
+
+
 def test_guard_cost_times_the_check_and_each_part_and_refuses_no_repeats(tmp_path, run_here):
     out = tmp_path / "guard-cost.json"
     run_here(REPO / "benchmarks" / "guard_cost.py", "--device", "cpu", "--repeats", "3",
