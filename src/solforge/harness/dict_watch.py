@@ -1,9 +1,10 @@
 """A count of the changes to the namespaces the identity check compares, kept by CPython itself.
 
 The worker compares every watched name with its snapshot the moment each call returns
-(identities.py, return_check.py): about 5,800 lookups, 0.57 ms of each timed call's checks on
-an H100 alone (benchmarks/guard_cost.py, 2026-12-06), three times that with six units side by
-side, and all of it inside the GPU's exclusive hold. Nearly always nothing changed. From
+(identities.py, return_check.py): about 5,800 lookups, 0.57 ms of a 1.55 ms check per timed
+call on an H100 alone (benchmarks/guard_cost.py, 2026-12-06; with six units side by side the
+worker's checks took about three times as long per call), all of it inside the GPU's exclusive
+hold. Nearly always nothing changed. From
 Python 3.12, CPython calls a dict watcher (`PyDict_AddWatcher`, `PyDict_Watch`) on every change
 to a watched dict, whichever way it is made (`setattr` on a module or a class, its `__dict__`
 item by item, `update`, `clear`, deletion), before it happens. One watcher over the namespaces
@@ -69,8 +70,9 @@ def set_compared(gate: tuple[Any, ...], changes: int,
 def watch(namespaces: Iterable[tuple[dict[Any, Any], Iterable[str]]]) -> tuple[Any, ...] | None:
     """A watcher over each (namespace, watched names): the gate `(changes, compared, address,
     keep)`: the count of changes, a read-only view of the count last compared (0) and its
-    address, and what must stay alive (the callback, its ctypes wrapper, the namespaces); None
-    where dict watchers are missing or none is free."""
+    address, and what must stay alive (the ctypes callback, the Python function it runs, each
+    namespace with the key objects it held); None where dict watchers are missing or none is
+    free."""
     if not available():
         return None
     namespaces = [(names, frozenset(watched)) for names, watched in namespaces]
